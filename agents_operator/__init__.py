@@ -1,0 +1,1 @@
+"""agents-operator: distributed reinforcement learning as a Kubernetes object."""

@@ -1,0 +1,155 @@
+"""The trainer's configuration: every PPO hyperparameter as a named, documented field.
+
+One model serves three places: the `spec.trainer` overrides of an AgentsJob (camelCase, validated by the
+CRD and by `agents-operator validate`), the trainer's own `--set key=value` command line (snake_case), and
+the `config.yaml` written into every run directory. Presets are plain data in `presets/*.yaml`.
+
+Names follow the PPO paper (Schulman et al. 2017) and BatchPPO (Hafner et al. 2017) where they exist.
+Pure module: no TensorFlow, no Kubernetes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+Layers = Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1, max_length=8)]
+
+
+class TrainerConfig(BaseModel):
+    """Resolved hyperparameters of one training run (a preset plus overrides)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, validate_default=True
+    )
+
+    # --- task -------------------------------------------------------------------------------------------
+    env_id: str = Field(
+        "Pendulum-v1",
+        min_length=1,
+        max_length=200,
+        description="Gymnasium environment id. PyBullet tasks (e.g. HalfCheetahBulletEnv-v0) are registered "
+        "through pybullet_envs_gymnasium; any other installed gymnasium id works too.",
+    )
+    max_episode_steps: int | None = Field(
+        None, ge=1, le=1_000_000, description="Time limit per episode; null keeps the environment's own limit."
+    )
+    total_steps: int = Field(
+        1_000_000, ge=1, le=10_000_000_000, description="Environment steps to train for, summed over all workers."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Base random seed; worker i and env j derive theirs.")
+
+    # --- sampling ---------------------------------------------------------------------------------------
+    envs_per_worker: int = Field(
+        8, ge=1, le=1024, description="Environments each worker steps in parallel (the batch of BatchPPO)."
+    )
+    envs_per_process: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Environments simulated by one subprocess. More than one amortises the pipe round trip, "
+        "which costs 20-50% of a locomotion step.",
+    )
+    rollout_steps: int = Field(
+        256, ge=1, le=100_000, description="Steps per environment between two updates (the horizon T)."
+    )
+
+    # --- optimisation -----------------------------------------------------------------------------------
+    epochs: int = Field(10, ge=1, le=1000, description="Passes over each rollout batch (K in the paper).")
+    minibatches: int = Field(
+        32, ge=1, le=100_000, description="Minibatches per epoch; the worker's batch must divide evenly."
+    )
+    learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam step size at the start of training.")
+    lr_schedule: Literal["constant", "linear"] = Field(
+        "linear", description="'linear' anneals the learning rate to zero over total_steps."
+    )
+    adam_epsilon: float = Field(1e-5, gt=0, le=1, description="Adam epsilon (1e-5 as in the PPO baselines).")
+    max_grad_norm: float | None = Field(
+        0.5, gt=0, description="Clip the global gradient norm to this value; null disables clipping."
+    )
+
+    # --- returns ----------------------------------------------------------------------------------------
+    discount: float = Field(0.99, ge=0, le=1, description="Discount factor gamma.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (1 = Monte-Carlo, 0 = one-step TD).")
+    normalize_advantages: bool = Field(True, description="Standardise advantages within each minibatch.")
+
+    # --- objective --------------------------------------------------------------------------------------
+    objective: Literal["clip", "kl_penalty"] = Field(
+        "clip",
+        description="'clip': the clipped surrogate L^CLIP. 'kl_penalty': BatchPPO's adaptive KL penalty with "
+        "a squared cutoff.",
+    )
+    clip_range: float = Field(0.2, gt=0, le=10, description="Epsilon of the clipped surrogate objective.")
+    kl_target: float = Field(
+        0.01, gt=0, le=10, description="Target KL per update for 'kl_penalty' (the penalty adapts toward it)."
+    )
+    kl_init_penalty: float = Field(1.0, ge=0, le=1e6, description="Initial KL penalty coefficient beta.")
+    kl_cutoff_factor: float = Field(
+        2.0, gt=1, le=100, description="KL above this multiple of kl_target is penalised quadratically."
+    )
+    kl_cutoff_coef: float = Field(1000.0, ge=0, le=1e9, description="Weight of that quadratic cutoff term.")
+    value_coef: float = Field(0.5, ge=0, le=1e3, description="Weight of the value loss (c1).")
+    value_clip: float | None = Field(
+        None, gt=0, description="Clip value predictions to this distance from the old ones; null disables."
+    )
+    entropy_coef: float = Field(0.0, ge=0, le=10, description="Weight of the entropy bonus (c2).")
+
+    # --- networks ---------------------------------------------------------------------------------------
+    policy_layers: Layers = Field([64, 64], description="Hidden layer sizes of the policy network.")
+    value_layers: Layers = Field([64, 64], description="Hidden layer sizes of the value network.")
+    activation: Literal["tanh", "relu"] = Field("tanh", description="Hidden-layer activation.")
+    init_log_std: float = Field(
+        0.0, ge=-10, le=5, description="Initial log standard deviation of the Gaussian policy (learned)."
+    )
+    orthogonal_init: bool = Field(
+        True, description="Orthogonal weight init (gain sqrt 2 hidden, 0.01 policy head, 1 value head)."
+    )
+
+    # --- normalisation ----------------------------------------------------------------------------------
+    normalize_observations: bool = Field(True, description="Streaming mean/std observation normalisation.")
+    normalize_rewards: bool = Field(True, description="Scale rewards by the std of the discounted return.")
+    clip_observations: float = Field(10.0, gt=0, le=1e6, description="Clip normalised observations to +-this.")
+    clip_rewards: float = Field(10.0, gt=0, le=1e6, description="Clip normalised rewards to +-this.")
+
+    # --- distribution -----------------------------------------------------------------------------------
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="'sync': gradients of all workers are aggregated into one update per iteration (DPPO). "
+        "'async': each worker applies its own updates to the shared parameters.",
+    )
+
+    # --- outputs ----------------------------------------------------------------------------------------
+    checkpoint_every: int = Field(10, ge=1, le=1_000_000, description="Save a checkpoint every N updates.")
+    eval_every: int = Field(
+        10, ge=0, le=1_000_000, description="Evaluate the deterministic policy every N updates; 0 disables."
+    )
+    eval_episodes: int = Field(5, ge=1, le=10_000, description="Episodes per evaluation.")
+    metrics_port: int = Field(
+        9090, ge=0, le=65535, description="Port of the chief's Prometheus /metrics endpoint; 0 disables it."
+    )
+    threads: int = Field(1, ge=1, le=256, description="TensorFlow intra- and inter-op threads per process.")
+
+    @model_validator(mode="after")
+    def _minibatches_divide_batch(self) -> TrainerConfig:
+        batch = self.envs_per_worker * self.rollout_steps
+        if batch % self.minibatches:
+            raise ValueError(
+                f"minibatches ({self.minibatches}) must divide envs_per_worker x rollout_steps "
+                f"({self.envs_per_worker} x {self.rollout_steps} = {batch})"
+            )
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions one worker collects per update."""
+        return self.envs_per_worker * self.rollout_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.minibatches
+
+    def updates(self, workers: int = 1) -> int:
+        """Number of updates each worker runs so that all workers together reach total_steps."""
+        return max(1, -(-self.total_steps // (self.batch_size * workers)))
