@@ -1,1 +1,3 @@
-"""agents-operator: distributed reinforcement learning as a Kubernetes object."""
+"""agents-operator: distributed reinforcement learning (batched PPO over parameter servers) on Kubernetes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,494 @@
+"""The AgentsJob API: one pydantic model for spec and status, and its validation rules.
+
+Everything that checks an AgentsJob comes from here: `crd.py` turns these models and `RULES` into the
+CRD's OpenAPI schema and CEL rules (so `kubectl apply` rejects what `agents-operator validate` rejects),
+the operator and the local launcher parse manifests with `parse_job`. Pure module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.alias_generators import to_camel
+
+from agents_operator import naming, presets
+from agents_operator.config import TrainerConfig
+
+RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
+CleanPodPolicy = Literal["All", "Running", "None"]
+SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
+ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+ShortText = Annotated[str, Field(max_length=253)]
+
+
+class CamelModel(BaseModel):
+    """Our own API objects: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class KubeModel(BaseModel):
+    """A Kubernetes object we only partly model: fields we don't name are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# --- pod template ----------------------------------------------------------------------------------------
+
+
+class Container(KubeModel):
+    name: str = Field(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Container name.")
+    image: str | None = Field(None, max_length=1024, description="Image; defaults to spec.image.")
+
+
+class PodSpec(KubeModel):
+    containers: list[Container] = Field(
+        min_length=1,
+        max_length=32,
+        description="Containers of the replica. The one named 'agents' (or else the first) runs the trainer.",
+    )
+
+
+class PodTemplate(KubeModel):
+    """A PodTemplateSpec. Every field the user sets is kept; the operator adds its own."""
+
+    metadata: dict[str, Any] | None = Field(None, description="Labels and annotations for the pods.")
+    spec: PodSpec
+
+
+# --- spec ------------------------------------------------------------------------------------------------
+
+
+class ReplicaSpec(CamelModel):
+    replicas: int = Field(1, ge=1, le=naming.MAX_REPLICAS, description="Number of pods of this type.")
+    restart_policy: RestartPolicy = Field(
+        "OnFailure",
+        description="What a failed pod leads to. Always/OnFailure: the operator replaces it. ExitCode: exit "
+        "codes 1-127 fail the job, 128 and above (signals, OOM kill, eviction) are retried. Never: the job "
+        "fails. Restarts of all replicas count against runPolicy.backoffLimit.",
+    )
+    template: PodTemplate | None = Field(
+        None, description="Pod template; omitted means one 'agents' container running spec.image."
+    )
+
+
+class ReplicaSpecs(CamelModel):
+    ps: ReplicaSpec | None = Field(None, description="Parameter servers holding the shared variables.")
+    worker: ReplicaSpec = Field(description="Workers: each runs PPO on its own batch of environments.")
+    evaluator: ReplicaSpec | None = Field(
+        None, description="Optional evaluator: runs the latest policy deterministically from checkpoints."
+    )
+
+    def counts(self) -> dict[str, int]:
+        """Replica count per type, 0 for absent types."""
+        return {t: (getattr(self, t).replicas if getattr(self, t) else 0) for t in naming.REPLICA_TYPES}
+
+    def items(self) -> list[tuple[str, ReplicaSpec]]:
+        """(type, spec) of the types present, in REPLICA_TYPES order."""
+        return [(t, getattr(self, t)) for t in naming.REPLICA_TYPES if getattr(self, t) is not None]
+
+
+def _overrides_model() -> type[BaseModel]:
+    """`spec.trainer`: a preset name plus every TrainerConfig field as an optional override."""
+    fields: dict[str, Any] = {
+        "preset": (
+            str,
+            Field(
+                "pendulum",
+                min_length=1,
+                max_length=63,
+                pattern=r"^[a-z0-9_]+$",
+                description=f"Named trainer preset ({', '.join(presets.names())}).",
+            ),
+        )
+    }
+    for name, info in TrainerConfig.model_fields.items():
+        # Unset means "keep the preset's value". Only fields that TrainerConfig itself allows to be null
+        # (max_grad_norm: null disables clipping) accept an explicit null.
+        inner = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+        fields[name] = (inner, Field(None, description=info.description))
+    model = create_model(
+        "TrainerSpec",
+        __config__=ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True),
+        __doc__="Trainer preset and hyperparameter overrides; unset fields keep the preset's value.",
+        **fields,
+    )
+    return model
+
+
+TrainerSpec = _overrides_model()
+
+
+class SchedulingPolicy(CamelModel):
+    scheduler_name: str | None = Field(None, max_length=253, description="Scheduler for every pod.")
+    priority_class: str | None = Field(None, max_length=253, description="PriorityClass of every pod.")
+    queue: str | None = Field(None, max_length=63, description="Queue name (Kueue / Volcano label).")
+    min_available: int | None = Field(
+        None, ge=1, le=3 * naming.MAX_REPLICAS, description="Gang size for gang schedulers."
+    )
+
+
+class RunPolicy(CamelModel):
+    clean_pod_policy: CleanPodPolicy = Field(
+        "Running",
+        description="Pods deleted when the job finishes. Running: the ps and any still-running pods "
+        "(finished pods and their logs stay). All: every pod. None: nothing.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None, ge=0, le=31_536_000, description="Delete the finished job this many seconds after it ends."
+    )
+    active_deadline_seconds: int | None = Field(
+        None, ge=1, le=31_536_000, description="Fail the job (DeadlineExceeded) when it runs longer than this."
+    )
+    backoff_limit: int = Field(3, ge=0, le=10_000, description="Pod restarts allowed across the whole job.")
+    suspend: bool = Field(False, description="true deletes the pods and keeps status; false recreates them.")
+    scheduling_policy: SchedulingPolicy | None = Field(None, description="Gang scheduling and priority.")
+
+
+class EmptyDirVolume(CamelModel):
+    medium: Literal["", "Memory"] = Field("", description="'' (node disk) or Memory.")
+    size_limit: str | None = Field(None, max_length=32, description="Quantity, e.g. 10Gi.")
+
+
+class ClaimVolume(CamelModel):
+    claim_name: str = Field(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class Storage(CamelModel):
+    path: str = Field(
+        "/var/run/agents",
+        pattern=r"^/[^\s]*$",
+        max_length=512,
+        description="Mount path inside every pod; the run directory is <path>/<job name>.",
+    )
+    persistent_volume_claim: ClaimVolume | None = Field(
+        None, description="Keep the run directory on this claim (ReadWriteMany for several pods)."
+    )
+    empty_dir: EmptyDirVolume | None = Field(
+        None, description="Scratch volume per pod (the default): lost with the pod."
+    )
+
+
+class TensorBoard(CamelModel):
+    enabled: bool = Field(False, description="Run a TensorBoard for this job and publish its URL in status.")
+    image: str | None = Field(None, max_length=1024, description="TensorBoard image; defaults to spec.image.")
+
+
+class AgentsJobSpec(CamelModel):
+    image: str | None = Field(
+        None, max_length=1024, description="Image of every replica; defaults to the operator's trainer image."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="Pull policy of the trainer container."
+    )
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec, description=TrainerSpec.__doc__)  # type: ignore[valid-type]
+    replica_specs: ReplicaSpecs = Field(description="Replicas by type: ps, worker, evaluator.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Lifecycle: cleanup, limits, suspend.")
+    success_policy: SuccessPolicy = Field(
+        "ChiefWorker", description="ChiefWorker: the job succeeds when worker 0 does. AllWorkers: when all do."
+    )
+    storage: Storage = Field(default_factory=Storage, description="Where the run directory lives.")
+    tensorboard: TensorBoard = Field(default_factory=TensorBoard, description="Optional TensorBoard.")
+
+
+# --- status ----------------------------------------------------------------------------------------------
+
+
+class Condition(CamelModel):
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = Field(None, max_length=1024)
+    message: str | None = Field(None, max_length=32768)
+    last_transition_time: str | None = None
+
+
+class ReplicaStatus(CamelModel):
+    active: int = Field(0, ge=0, description="Pods pending or running.")
+    succeeded: int = Field(0, ge=0, description="Pods that exited 0.")
+    failed: int = Field(0, ge=0, description="Pods that failed.")
+
+
+class Progress(CamelModel):
+    global_step: int | None = Field(None, description="Updates applied to the shared parameters.")
+    env_steps: int | None = Field(None, description="Environment steps taken by all workers.")
+    mean_return: float | None = Field(None, description="Mean return of recent training episodes.")
+    steps_per_second: float | None = Field(None, description="Environment steps per second, whole job.")
+    updated_at: str | None = Field(None, description="When the chief's metrics were read.")
+
+
+class AgentsJobStatus(CamelModel):
+    state: ConditionType | None = Field(None, description="The latest condition that is True.")
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int | None = None
+    restarts: int = Field(0, ge=0, description="Pods replaced, counted against backoffLimit.")
+    progress: Progress | None = None
+    tensorboard_url: str | None = Field(None, alias="tensorboardURL")
+
+
+# --- the object ------------------------------------------------------------------------------------------
+
+
+class ObjectMeta(KubeModel):
+    name: str = Field(description="Job name; prefix of every child name.")
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class AgentsJob(CamelModel):
+    api_version: Literal["agents.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["AgentsJob"]
+    metadata: ObjectMeta
+    spec: AgentsJobSpec
+    status: AgentsJobStatus | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    def trainer_config(self) -> TrainerConfig:
+        """The resolved trainer config (preset + overrides); raises ValueError/KeyError when invalid."""
+        overrides = self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
+        return presets.resolve(self.spec.trainer.preset, overrides)
+
+
+# --- rules that span fields: CEL in the CRD, Python here -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A validation rule the schema's bounds cannot express.
+
+    `at` is where the rule hangs in the schema (a path of property names from the root; CEL's `self` is
+    the object there), `cel` its CEL expression (with `oldSelf` it is a transition rule, checked on
+    updates only), `field` the path reported with the error, and `check(new, old)` the same rule in Python
+    over plain dicts as they appear in the manifest, the agreement of both being tested.
+    """
+
+    at: tuple[str, ...]
+    cel: str
+    message: str
+    field: str
+    check: Callable[[dict, dict | None], bool]
+
+    @property
+    def transition(self) -> bool:
+        return "oldSelf" in self.cel
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+_NAME_RE = re.compile(naming.DNS_1035_LABEL)
+
+
+def _replica_counts(replica_specs: dict) -> tuple:
+    return tuple(_get(replica_specs, t, "replicas") if t in replica_specs else 0 for t in naming.REPLICA_TYPES)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        at=(),
+        cel=f"self.metadata.name.matches('{naming.DNS_1035_LABEL}')",
+        message="metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
+        "letter (it starts the name of every pod and Service of the job)",
+        field="metadata.name",
+        check=lambda new, _: bool(_NAME_RE.match(str(_get(new, "metadata", "name") or ""))),
+    ),
+    Rule(
+        at=(),
+        cel=f"size(self.metadata.name) <= {naming.MAX_JOB_NAME_LENGTH}",
+        message=f"metadata.name must be at most {naming.MAX_JOB_NAME_LENGTH} characters so that every child "
+        f"name (e.g. <name>-evaluator-{naming.MAX_REPLICAS - 1}) is a valid DNS label",
+        field="metadata.name",
+        check=lambda new, _: len(str(_get(new, "metadata", "name") or "")) <= naming.MAX_JOB_NAME_LENGTH,
+    ),
+    Rule(
+        at=("spec", "replicaSpecs"),
+        cel="self.worker.replicas <= 1 || has(self.ps)",
+        message="replicaSpecs.ps is required when there is more than one worker (workers share parameters "
+        "through the ps)",
+        field="spec.replicaSpecs.ps",
+        check=lambda new, _: (_get(new, "spec", "replicaSpecs", "worker", "replicas") or 1) <= 1
+        or _get(new, "spec", "replicaSpecs", "ps") is not None,
+    ),
+    Rule(
+        at=("spec", "replicaSpecs"),
+        cel="!has(self.evaluator) || self.evaluator.replicas == 1",
+        message="replicaSpecs.evaluator.replicas must be 1",
+        field="spec.replicaSpecs.evaluator.replicas",
+        check=lambda new, _: _get(new, "spec", "replicaSpecs", "evaluator") is None
+        or _get(new, "spec", "replicaSpecs", "evaluator", "replicas") in (None, 1),
+    ),
+    Rule(
+        at=("spec", "storage"),
+        cel="!(has(self.persistentVolumeClaim) && has(self.emptyDir))",
+        message="storage: set persistentVolumeClaim or emptyDir, not both",
+        field="spec.storage",
+        check=lambda new, _: not (
+            _get(new, "spec", "storage", "persistentVolumeClaim") is not None
+            and _get(new, "spec", "storage", "emptyDir") is not None
+        ),
+    ),
+    Rule(
+        at=("spec",),
+        cel="!self.tensorboard.enabled || has(self.storage.persistentVolumeClaim)",
+        message="tensorboard.enabled needs storage.persistentVolumeClaim: TensorBoard runs in its own pod and "
+        "reads the run directory from the shared claim",
+        field="spec.tensorboard.enabled",
+        check=lambda new, _: not _get(new, "spec", "tensorboard", "enabled")
+        or _get(new, "spec", "storage", "persistentVolumeClaim") is not None,
+    ),
+    Rule(
+        at=("spec", "replicaSpecs"),
+        cel="(has(self.ps) ? self.ps.replicas : 0) == (has(oldSelf.ps) ? oldSelf.ps.replicas : 0) && "
+        "self.worker.replicas == oldSelf.worker.replicas && "
+        "(has(self.evaluator) ? self.evaluator.replicas : 0) == "
+        "(has(oldSelf.evaluator) ? oldSelf.evaluator.replicas : 0)",
+        message="replica counts are immutable: every pod's TF_CONFIG lists the whole cluster",
+        field="spec.replicaSpecs",
+        check=lambda new, old: old is None
+        or _replica_counts(_get(new, "spec", "replicaSpecs") or {})
+        == _replica_counts(_get(old, "spec", "replicaSpecs") or {}),
+    ),
+    Rule(
+        at=("spec", "trainer"),
+        cel="self == oldSelf",
+        message="trainer is immutable: the run directory's config.yaml must match its checkpoints",
+        field="spec.trainer",
+        check=lambda new, old: old is None or _get(new, "spec", "trainer") == _get(old, "spec", "trainer"),
+    ),
+    Rule(
+        at=("spec", "storage"),
+        cel="self == oldSelf",
+        message="storage is immutable: the run directory cannot move under a running job",
+        field="spec.storage",
+        check=lambda new, old: old is None or _get(new, "spec", "storage") == _get(old, "spec", "storage"),
+    ),
+    Rule(
+        at=("spec", "successPolicy"),
+        cel="self == oldSelf",
+        message="successPolicy is immutable",
+        field="spec.successPolicy",
+        check=lambda new, old: old is None or _get(new, "spec", "successPolicy") == _get(old, "spec", "successPolicy"),
+    ),
+)
+
+
+# --- parsing with errors a person can act on -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a manifest is invalid: where (a field path) and why."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}" if self.field else self.reason
+
+
+class InvalidJob(ValueError):
+    """The manifest is not a valid AgentsJob; `problems` lists every reason."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _pydantic_problems(err: ValidationError, prefix: str = "") -> list[Problem]:
+    problems = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+        reason = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            reason = "unknown field"
+        elif e["type"] == "literal_error":
+            reason = f"must be one of {e['ctx']['expected']}" if "ctx" in e else reason
+        path = _loc(loc)
+        problems.append(Problem(f"{prefix}.{path}" if prefix and path else prefix or path, reason))
+    return problems
+
+
+def check_rules(new: dict, old: dict | None = None) -> list[Problem]:
+    """Problems from RULES (transition rules only when `old` is given)."""
+    problems = []
+    for rule in RULES:
+        if rule.transition and old is None:
+            continue
+        if not rule.check(new, old):
+            problems.append(Problem(rule.field, rule.message))
+    return problems
+
+
+def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
+    """Validate a manifest (a dict as loaded from YAML) completely, or raise InvalidJob naming every problem.
+
+    Beyond the CRD's schema and CEL rules this resolves the trainer preset and its overrides, which the CRD
+    cannot check (presets live in the trainer image).
+    """
+    if not isinstance(data, dict):
+        raise InvalidJob([Problem("", f"expected a mapping (an AgentsJob object), got {type(data).__name__}")])
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    if kind != naming.KIND or api_version != naming.API_VERSION:
+        raise InvalidJob(
+            [
+                Problem(
+                    "kind" if kind != naming.KIND else "apiVersion",
+                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, "
+                    f"got {api_version} {kind}",
+                )
+            ]
+        )
+    try:
+        job = AgentsJob.model_validate(data)
+    except ValidationError as err:
+        raise InvalidJob(_pydantic_problems(err)) from None
+    problems = check_rules(data, old)
+    try:
+        job.trainer_config()
+    except KeyError as err:
+        problems.append(Problem("spec.trainer.preset", str(err.args[0])))
+    except ValidationError as err:
+        problems += _trainer_problems(err)
+    if problems:
+        raise InvalidJob(problems)
+    return job
+
+
+def _trainer_problems(err: ValidationError) -> list[Problem]:
+    problems = []
+    for p in _pydantic_problems(err):
+        name = p.field.split(".")[0].split("[")[0]
+        info = TrainerConfig.model_fields.get(name)
+        field = p.field.replace(name, info.alias or name, 1) if info else p.field
+        problems.append(Problem(f"spec.trainer.{field}" if field else "spec.trainer", p.reason))
+    return problems

@@ -1,0 +1,65 @@
+"""Reading and writing YAML manifests, with errors that name the file and the line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents_operator.api import AgentsJob, InvalidJob, parse_job
+
+
+class ManifestError(ValueError):
+    """A file that cannot be read or parsed; the message starts with the file name."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Plain YAML: no anchors or aliases where the same object appears twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def dump_all(objs: Iterable[Any]) -> str:
+    return yaml.dump_all(list(objs), Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def load_documents(path: str | Path) -> list[Any]:
+    """The non-empty YAML documents of a file ('-' reads standard input)."""
+    name = str(path)
+    try:
+        if name == "-":
+            import sys
+
+            text = sys.stdin.read()
+        else:
+            text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ManifestError(f"{name}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ManifestError(f"{name}{where}: invalid YAML: {problem}") from None
+    if not docs:
+        raise ManifestError(f"{name}: no YAML document found")
+    return docs
+
+
+def load_job(path: str | Path) -> AgentsJob:
+    """The one AgentsJob in a file; ManifestError names the file and every problem."""
+    docs = load_documents(path)
+    if len(docs) != 1:
+        raise ManifestError(f"{path}: expected one AgentsJob, found {len(docs)} documents")
+    try:
+        return parse_job(docs[0])
+    except InvalidJob as err:
+        raise ManifestError("\n".join(f"{path}: {p}" for p in err.problems)) from None

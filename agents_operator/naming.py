@@ -1,0 +1,82 @@
+"""Names, labels and selectors of an AgentsJob and its children.
+
+Child names are deterministic (`<job>-<type>-<index>`) so that every create is idempotent and a restarted
+operator finds what it made before. Pure module.
+"""
+
+from __future__ import annotations
+
+GROUP = "agents.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AgentsJob"
+PLURAL = "agentsjobs"
+SINGULAR = "agentsjob"
+SHORT_NAMES = ("aj",)
+
+PS = "ps"
+WORKER = "worker"
+EVALUATOR = "evaluator"
+REPLICA_TYPES = (PS, WORKER, EVALUATOR)
+
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_TYPE = f"{GROUP}/replica-type"
+LABEL_INDEX = f"{GROUP}/replica-index"
+LABEL_ROLE = f"{GROUP}/job-role"
+LABEL_COMPONENT = f"{GROUP}/component"
+ROLE_CHIEF = "chief"
+
+MAX_REPLICAS = 999
+"""Upper bound of any replica count: indices stay within three digits."""
+
+DNS_LABEL_MAX = 63
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""Service names must be DNS-1035 labels, so job names must be too (they start every child name)."""
+
+TENSORBOARD_SUFFIX = "-tensorboard"
+
+
+def _longest_suffix() -> int:
+    index = str(MAX_REPLICAS - 1)
+    suffixes = [f"-{t}-{index}" for t in REPLICA_TYPES] + [TENSORBOARD_SUFFIX]
+    return max(len(s) for s in suffixes)
+
+
+MAX_JOB_NAME_LENGTH = DNS_LABEL_MAX - _longest_suffix()
+"""The longest job name whose every child name is still a valid DNS label (49)."""
+
+
+def child_name(job: str, replica_type: str, index: int) -> str:
+    """Name of the pod and of its headless Service: `<job>-<type>-<index>`."""
+    return f"{job}-{replica_type}-{index}"
+
+
+def tensorboard_name(job: str) -> str:
+    return f"{job}{TENSORBOARD_SUFFIX}"
+
+
+def job_selector(job: str) -> dict[str, str]:
+    """Labels shared by every child of the job."""
+    return {LABEL_JOB: job}
+
+
+def replica_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
+    """Labels of one replica's pod; its Service selects on exactly these."""
+    labels = {LABEL_JOB: job, LABEL_TYPE: replica_type, LABEL_INDEX: str(index)}
+    if is_chief(replica_type, index):
+        labels[LABEL_ROLE] = ROLE_CHIEF
+    return labels
+
+
+def is_chief(replica_type: str, index: int) -> bool:
+    """Worker 0 is the chief: it checkpoints, writes summaries and serves progress."""
+    return replica_type == WORKER and index == 0
+
+
+def parse_child(labels: dict[str, str] | None) -> tuple[str, int] | None:
+    """(replica type, index) of a child from its labels, or None when they are not ours or malformed."""
+    labels = labels or {}
+    replica_type, index = labels.get(LABEL_TYPE), labels.get(LABEL_INDEX, "")
+    if replica_type not in REPLICA_TYPES or not index.isdigit():
+        return None
+    return replica_type, int(index)

@@ -1,0 +1,142 @@
+"""TF_CONFIG: the single contract between the operator, the local launcher and the trainer.
+
+The operator (through `render`) and the local launcher write it into each replica's environment; the
+trainer parses it back to learn the cluster and its own role. The format is the one TensorFlow's
+`TFConfigClusterResolver` and Kubeflow's TFJob use:
+
+    {"cluster": {"ps": [...], "worker": [...]}, "task": {"type": "worker", "index": 0},
+     "environment": "cloud"}
+
+Evaluators are not members of the cluster (TensorFlow's convention): their task names them, the cluster
+lists the ps and workers they read from. Pure module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agents_operator import naming
+
+ENV_VAR = "TF_CONFIG"
+DEFAULT_PORT = 2222
+CLUSTER_TYPES = (naming.PS, naming.WORKER)
+
+
+class TFConfigError(ValueError):
+    """TF_CONFIG is missing, not JSON, or inconsistent."""
+
+
+def host(job: str, replica_type: str, index: int, namespace: str, port: int = DEFAULT_PORT) -> str:
+    """Address of one replica through its headless Service."""
+    return f"{naming.child_name(job, replica_type, index)}.{namespace}.svc:{port}"
+
+
+def cluster_spec(
+    job: str, namespace: str, replicas: Mapping[str, int], port: int = DEFAULT_PORT
+) -> dict[str, list[str]]:
+    """`{"ps": [...], "worker": [...]}` for the replica counts given (types with 0 replicas are left out)."""
+    return {
+        t: [host(job, t, i, namespace, port) for i in range(replicas.get(t, 0))]
+        for t in CLUSTER_TYPES
+        if replicas.get(t, 0) > 0
+    }
+
+
+@dataclass(frozen=True)
+class TFConfig:
+    """A parsed TF_CONFIG: the cluster and this process's task in it."""
+
+    cluster: dict[str, list[str]]
+    task_type: str
+    task_index: int
+    environment: str = "cloud"
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.task_type not in naming.REPLICA_TYPES:
+            raise TFConfigError(f"task.type {self.task_type!r} is not one of {', '.join(naming.REPLICA_TYPES)}")
+        if self.task_index < 0:
+            raise TFConfigError(f"task.index {self.task_index} is negative")
+        if self.task_type in CLUSTER_TYPES and self.task_index >= len(self.cluster.get(self.task_type, [])):
+            raise TFConfigError(
+                f"task {self.task_type}:{self.task_index} is not in the cluster "
+                f"({len(self.cluster.get(self.task_type, []))} {self.task_type} address(es))"
+            )
+        if not self.cluster.get(naming.WORKER):
+            raise TFConfigError("cluster has no worker")
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.cluster.get(naming.WORKER, []))
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.cluster.get(naming.PS, []))
+
+    @property
+    def is_chief(self) -> bool:
+        return naming.is_chief(self.task_type, self.task_index)
+
+    @property
+    def address(self) -> str | None:
+        """This task's own address, or None for an evaluator (not a cluster member)."""
+        members = self.cluster.get(self.task_type)
+        return members[self.task_index] if members else None
+
+    def to_dict(self) -> dict:
+        return {
+            **self.extra,
+            "cluster": {t: list(a) for t, a in self.cluster.items()},
+            "task": {"type": self.task_type, "index": self.task_index},
+            "environment": self.environment,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def with_addresses(self, addresses: Mapping[str, str]) -> TFConfig:
+        """The same config with some addresses replaced (the local launcher maps hosts to localhost ports)."""
+        cluster = {t: [addresses.get(a, a) for a in members] for t, members in self.cluster.items()}
+        return TFConfig(cluster, self.task_type, self.task_index, self.environment, dict(self.extra))
+
+
+def build(
+    job: str,
+    namespace: str,
+    replicas: Mapping[str, int],
+    replica_type: str,
+    index: int,
+    port: int = DEFAULT_PORT,
+) -> TFConfig:
+    """The TF_CONFIG of replica `<job>-<replica_type>-<index>`."""
+    return TFConfig(cluster_spec(job, namespace, replicas, port), replica_type, index)
+
+
+def parse(text: str) -> TFConfig:
+    """Parse a TF_CONFIG string; TFConfigError says what is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TFConfigError(f"TF_CONFIG is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise TFConfigError("TF_CONFIG must be a JSON object")
+    cluster, task = data.get("cluster"), data.get("task")
+    if not isinstance(cluster, dict) or not all(
+        isinstance(v, list) and all(isinstance(a, str) for a in v) for v in cluster.values()
+    ):
+        raise TFConfigError("TF_CONFIG.cluster must map task types to lists of addresses")
+    if not isinstance(task, dict) or not isinstance(task.get("type"), str):
+        raise TFConfigError("TF_CONFIG.task.type is missing")
+    index = task.get("index", 0)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TFConfigError("TF_CONFIG.task.index must be an integer")
+    extra = {k: v for k, v in data.items() if k not in ("cluster", "task", "environment")}
+    return TFConfig(cluster, task["type"], index, data.get("environment", "cloud"), extra)
+
+
+def from_env(environ: Mapping[str, str]) -> TFConfig | None:
+    """The TF_CONFIG of this process, or None when the variable is unset (a single-process run)."""
+    text = environ.get(ENV_VAR, "").strip()
+    return parse(text) if text else None

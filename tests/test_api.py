@@ -1,0 +1,167 @@
+import copy
+
+import pytest
+
+from agents_operator import api, naming, presets
+from agents_operator.api import InvalidJob, parse_job
+from tests.crdtools import cel_verdict
+
+
+def manifest(**spec_changes) -> dict:
+    spec = {
+        "trainer": {"preset": "pendulum"},
+        "replicaSpecs": {"ps": {"replicas": 1}, "worker": {"replicas": 2}},
+    }
+    spec.update(spec_changes)
+    return {"apiVersion": "agents.dev/v1alpha1", "kind": "AgentsJob", "metadata": {"name": "demo"}, "spec": spec}
+
+
+def problems(data, old=None) -> list[str]:
+    with pytest.raises(InvalidJob) as err:
+        parse_job(data, old)
+    return [str(p) for p in err.value.problems]
+
+
+def test_minimal_job_gets_defaults():
+    job = parse_job(manifest())
+    assert job.spec.run_policy.clean_pod_policy == "Running"
+    assert job.spec.run_policy.backoff_limit == 3
+    assert job.spec.success_policy == "ChiefWorker"
+    assert job.spec.storage.path == "/var/run/agents"
+    assert job.spec.replica_specs.counts() == {"ps": 1, "worker": 2, "evaluator": 0}
+    assert job.trainer_config() == presets.resolve("pendulum")
+
+
+def test_overrides_apply_on_top_of_the_preset():
+    job = parse_job(manifest(trainer={"preset": "hopper", "learningRate": 1e-4, "maxGradNorm": None}))
+    cfg = job.trainer_config()
+    assert cfg.env_id == "HopperBulletEnv-v0"
+    assert cfg.learning_rate == 1e-4
+    assert cfg.max_grad_norm is None  # explicit null disables clipping
+    assert cfg.epochs == presets.load("hopper")["epochs"]
+
+
+def _with(path: str, value):
+    data = manifest()
+    node = data
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    if value is _DELETE:
+        node.pop(keys[-1])
+    else:
+        node[keys[-1]] = value
+    return data
+
+
+_DELETE = object()
+
+BAD = [
+    ("spec.replicaSpecs.worker.replicas", 0, "spec.replicaSpecs.worker.replicas: Input should be greater than"),
+    ("spec.replicaSpecs.worker.replicas", -3, "spec.replicaSpecs.worker.replicas: Input should be greater than"),
+    ("spec.replicaSpecs.ps.replicas", 1000, "spec.replicaSpecs.ps.replicas: Input should be less than"),
+    ("spec.replicaSpecs.worker", _DELETE, "spec.replicaSpecs.worker: Field required"),
+    ("spec.replicaSpecs.ps", _DELETE, "spec.replicaSpecs.ps: replicaSpecs.ps is required"),
+    ("spec.replicaSpecs.evaluator", {"replicas": 2}, "spec.replicaSpecs.evaluator.replicas: replicaSpecs.evaluator"),
+    ("spec.replicaSpecs.worker.restartPolicy", "Sometimes", "restartPolicy: must be one of"),
+    ("spec.replicaSpecs.worker.template", {"spec": {}}, "template.spec.containers: Field required"),
+    ("spec.replicaSpecs.worker.template", {"spec": {"containers": []}}, "template.spec.containers: List should"),
+    ("spec.replicaSpecs.worker.template", {"metadata": {}}, "template.spec: Field required"),
+    ("spec.replicaSpecs.worker.template", {"spec": {"containers": [{"image": "x"}]}}, "containers[0].name"),
+    ("spec.trainer.preset", "walrus", "spec.trainer.preset: unknown preset 'walrus'"),
+    ("spec.trainer.learningRate", "fast", "spec.trainer.learningRate: Input should be a valid number"),
+    ("spec.trainer.epochs", 2.5, "spec.trainer.epochs: Input should be a valid integer"),
+    ("spec.trainer.epochs", None, "spec.trainer.epochs: Input should be a valid integer"),
+    ("spec.trainer.discount", 1.5, "spec.trainer.discount: Input should be less than or equal to 1"),
+    ("spec.trainer.mode", "eventually", "spec.trainer.mode: must be one of"),
+    ("spec.trainer.minibatches", 7, "spec.trainer: minibatches (7) must divide"),
+    ("spec.trainer.learning_rat", 1.0, "spec.trainer.learning_rat: unknown field"),
+    ("spec.replicas", 3, "spec.replicas: unknown field"),
+    ("spec.runPolicy.cleanPodPolicy", "Some", "spec.runPolicy.cleanPodPolicy: must be one of"),
+    ("spec.runPolicy.backoffLimit", -1, "spec.runPolicy.backoffLimit: Input should be greater than or equal to 0"),
+    ("spec.runPolicy.activeDeadlineSeconds", 0, "spec.runPolicy.activeDeadlineSeconds: Input should be greater"),
+    ("spec.storage", {"emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}, "spec.storage: storage: set"),
+    ("spec.storage.path", "relative/dir", "spec.storage.path: String should match pattern"),
+    ("spec.tensorboard", {"enabled": True}, "spec.tensorboard.enabled: tensorboard.enabled needs"),
+    ("metadata.name", "a" * 50, "metadata.name: metadata.name must be at most 49 characters"),
+    ("metadata.name", "9lives", "metadata.name: metadata.name must be a DNS-1035 label"),
+    ("metadata.name", "Upper", "metadata.name: metadata.name must be a DNS-1035 label"),
+    ("spec", _DELETE, "spec: Field required"),
+    ("kind", "TFJob", "kind: expected apiVersion agents.dev/v1alpha1 and kind AgentsJob"),
+    ("apiVersion", "agents.dev/v1", "apiVersion: expected apiVersion agents.dev/v1alpha1"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), BAD, ids=[f"{p}={v!r}"[:60] for p, v, _ in BAD])
+def test_bad_input_names_the_field_and_reason(path, value, expected):
+    found = problems(_with(path, value))
+    assert any(expected in p for p in found), found
+
+
+def test_every_problem_is_reported_at_once():
+    data = _with("metadata.name", "X" * 60)
+    data["spec"]["trainer"]["preset"] = "walrus"
+    data["spec"]["replicaSpecs"].pop("ps")
+    found = problems(data)
+    assert len(found) == 4, found  # two name rules, ps required, preset
+
+
+def test_not_a_mapping():
+    assert problems(["a"]) == ["expected a mapping (an AgentsJob object), got list"]
+
+
+def test_name_of_exactly_the_limit_is_accepted():
+    name = "a" * naming.MAX_JOB_NAME_LENGTH
+    parse_job(_with("metadata.name", name))
+    longest = naming.child_name(name, naming.EVALUATOR, naming.MAX_REPLICAS - 1)
+    assert len(longest) == naming.DNS_LABEL_MAX
+
+
+IMMUTABLE = [
+    ("spec.trainer.learningRate", 0.1, "spec.trainer: trainer is immutable"),
+    ("spec.replicaSpecs.worker.replicas", 3, "spec.replicaSpecs: replica counts are immutable"),
+    ("spec.replicaSpecs.ps", _DELETE, "replica counts are immutable"),
+    ("spec.storage", {"persistentVolumeClaim": {"claimName": "c"}}, "spec.storage: storage is immutable"),
+    ("spec.successPolicy", "AllWorkers", "spec.successPolicy: successPolicy is immutable"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), IMMUTABLE)
+def test_immutable_fields(path, value, expected):
+    old = manifest()
+    new = _with(path, value)
+    if path == "spec.replicaSpecs.ps":
+        new["spec"]["replicaSpecs"]["worker"]["replicas"] = 1
+    assert any(expected in p for p in problems(new, old))
+    parse_job(new)  # the same manifest is fine as a new object
+
+
+def test_mutable_fields_may_change():
+    old = manifest()
+    new = copy.deepcopy(old)
+    new["spec"]["runPolicy"] = {"suspend": True, "backoffLimit": 9, "ttlSecondsAfterFinished": 5}
+    new["spec"]["replicaSpecs"]["worker"]["template"] = {"spec": {"containers": [{"name": "agents", "image": "x"}]}}
+    parse_job(new, old)
+
+
+# The CRD's CEL rules and the Python checks are one rule each, written twice: they must agree.
+
+CASES = [manifest()] + [_with(p, v) for p, v, _ in BAD]
+
+
+@pytest.mark.parametrize("rule", [r for r in api.RULES if not r.transition], ids=lambda r: r.cel[:50])
+@pytest.mark.parametrize("data", CASES)
+def test_cel_rules_agree_with_python(rule, data):
+    verdict = cel_verdict(rule, data)
+    if verdict is not None:
+        assert verdict == rule.check(data, None)
+
+
+@pytest.mark.parametrize("rule", [r for r in api.RULES if r.transition], ids=lambda r: r.cel[:50])
+@pytest.mark.parametrize(("path", "value", "_"), IMMUTABLE)
+def test_cel_transition_rules_agree_with_python(rule, path, value, _):
+    old, new = manifest(), _with(path, value)
+    for pair in ((new, old), (old, old)):
+        verdict = cel_verdict(rule, *pair)
+        if verdict is not None:
+            assert verdict == rule.check(*pair)

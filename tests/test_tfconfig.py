@@ -1,0 +1,85 @@
+import json
+
+import pytest
+
+from agents_operator import tfconfig
+from agents_operator.tfconfig import TFConfig, TFConfigError
+
+
+def test_build_matches_the_tfjob_convention():
+    cfg = tfconfig.build("pend", "ml", {"ps": 1, "worker": 2}, "worker", 1)
+    assert json.loads(cfg.to_json()) == {
+        "cluster": {
+            "ps": ["pend-ps-0.ml.svc:2222"],
+            "worker": ["pend-worker-0.ml.svc:2222", "pend-worker-1.ml.svc:2222"],
+        },
+        "task": {"type": "worker", "index": 1},
+        "environment": "cloud",
+    }
+    assert cfg.address == "pend-worker-1.ml.svc:2222"
+    assert not cfg.is_chief
+    assert (cfg.num_ps, cfg.num_workers) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "task"),
+    [
+        ({"worker": 1}, ("worker", 0)),
+        ({"ps": 2, "worker": 3}, ("ps", 1)),
+        ({"ps": 1, "worker": 4, "evaluator": 1}, ("evaluator", 0)),
+        ({"ps": 3, "worker": 999}, ("worker", 998)),
+    ],
+)
+def test_round_trip(replicas, task):
+    cfg = tfconfig.build("j", "default", replicas, *task, port=3333)
+    again = tfconfig.parse(cfg.to_json())
+    assert again == cfg
+    assert again.to_json() == cfg.to_json()
+    assert "evaluator" not in again.cluster
+    assert again.is_chief == (task == ("worker", 0))
+
+
+def test_evaluator_is_not_a_cluster_member():
+    cfg = tfconfig.build("j", "ns", {"ps": 1, "worker": 1, "evaluator": 1}, "evaluator", 0)
+    assert cfg.address is None
+    assert set(cfg.cluster) == {"ps", "worker"}
+
+
+def test_parse_keeps_unknown_top_level_keys():
+    text = json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}, "rpc_layer": "grpc"})
+    cfg = tfconfig.parse(text)
+    assert cfg.environment == "cloud"
+    assert json.loads(cfg.to_json())["rpc_layer"] == "grpc"
+
+
+def test_with_addresses_maps_hosts():
+    cfg = tfconfig.build("j", "ns", {"ps": 1, "worker": 1}, "worker", 0)
+    local = cfg.with_addresses({"j-ps-0.ns.svc:2222": "localhost:40001"})
+    assert local.cluster["ps"] == ["localhost:40001"]
+    assert local.cluster["worker"] == cfg.cluster["worker"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ("[]", "JSON object"),
+        ('{"task": {"type": "worker"}}', "cluster"),
+        ('{"cluster": {"worker": ["a:1"]}}', "task.type"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', "not one of"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}', "not in the cluster"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}}', "integer"),
+        ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "no worker"),
+        ('{"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}}', "lists of addresses"),
+    ],
+)
+def test_parse_errors_say_what_is_wrong(text, message):
+    with pytest.raises(TFConfigError, match=message):
+        tfconfig.parse(text)
+
+
+def test_from_env():
+    assert tfconfig.from_env({}) is None
+    assert tfconfig.from_env({"TF_CONFIG": "  "}) is None
+    cfg = TFConfig({"worker": ["w:1"]}, "worker", 0)
+    assert tfconfig.from_env({"TF_CONFIG": cfg.to_json()}) == cfg
