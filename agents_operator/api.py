@@ -329,25 +329,31 @@ RULES: tuple[Rule, ...] = (
         message="replicaSpecs.ps is required when there is more than one worker (workers share parameters "
         "through the ps)",
         field="spec.replicaSpecs.ps",
-        check=lambda new, _: (_get(new, "spec", "replicaSpecs", "worker", "replicas") or 1) <= 1
-        or _get(new, "spec", "replicaSpecs", "ps") is not None,
+        check=lambda new, _: (
+            (_get(new, "spec", "replicaSpecs", "worker", "replicas") or 1) <= 1
+            or _get(new, "spec", "replicaSpecs", "ps") is not None
+        ),
     ),
     Rule(
         at=("spec", "replicaSpecs"),
         cel="!has(self.evaluator) || self.evaluator.replicas == 1",
         message="replicaSpecs.evaluator.replicas must be 1",
         field="spec.replicaSpecs.evaluator.replicas",
-        check=lambda new, _: _get(new, "spec", "replicaSpecs", "evaluator") is None
-        or _get(new, "spec", "replicaSpecs", "evaluator", "replicas") in (None, 1),
+        check=lambda new, _: (
+            _get(new, "spec", "replicaSpecs", "evaluator") is None
+            or _get(new, "spec", "replicaSpecs", "evaluator", "replicas") in (None, 1)
+        ),
     ),
     Rule(
         at=("spec", "storage"),
         cel="!(has(self.persistentVolumeClaim) && has(self.emptyDir))",
         message="storage: set persistentVolumeClaim or emptyDir, not both",
         field="spec.storage",
-        check=lambda new, _: not (
-            _get(new, "spec", "storage", "persistentVolumeClaim") is not None
-            and _get(new, "spec", "storage", "emptyDir") is not None
+        check=lambda new, _: (
+            not (
+                _get(new, "spec", "storage", "persistentVolumeClaim") is not None
+                and _get(new, "spec", "storage", "emptyDir") is not None
+            )
         ),
     ),
     Rule(
@@ -356,8 +362,10 @@ RULES: tuple[Rule, ...] = (
         message="tensorboard.enabled needs storage.persistentVolumeClaim: TensorBoard runs in its own pod and "
         "reads the run directory from the shared claim",
         field="spec.tensorboard.enabled",
-        check=lambda new, _: not _get(new, "spec", "tensorboard", "enabled")
-        or _get(new, "spec", "storage", "persistentVolumeClaim") is not None,
+        check=lambda new, _: (
+            not _get(new, "spec", "tensorboard", "enabled")
+            or _get(new, "spec", "storage", "persistentVolumeClaim") is not None
+        ),
     ),
     Rule(
         at=("spec", "replicaSpecs"),
@@ -367,9 +375,11 @@ RULES: tuple[Rule, ...] = (
         "(has(oldSelf.evaluator) ? oldSelf.evaluator.replicas : 0)",
         message="replica counts are immutable: every pod's TF_CONFIG lists the whole cluster",
         field="spec.replicaSpecs",
-        check=lambda new, old: old is None
-        or _replica_counts(_get(new, "spec", "replicaSpecs") or {})
-        == _replica_counts(_get(old, "spec", "replicaSpecs") or {}),
+        check=lambda new, old: (
+            old is None
+            or _replica_counts(_get(new, "spec", "replicaSpecs") or {})
+            == _replica_counts(_get(old, "spec", "replicaSpecs") or {})
+        ),
     ),
     Rule(
         at=("spec", "trainer"),
@@ -463,8 +473,7 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
             [
                 Problem(
                     "kind" if kind != naming.KIND else "apiVersion",
-                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, "
-                    f"got {api_version} {kind}",
+                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, got {api_version} {kind}",
                 )
             ]
         )

@@ -26,6 +26,8 @@ _KEEP = (
     "required",
 )
 
+_NO_DEFAULT_KEYS = {"default", "nullable", "x-kubernetes-preserve-unknown-fields"}
+
 PRINTER_COLUMNS = [
     {"name": "State", "type": "string", "jsonPath": ".status.state", "description": "Latest condition"},
     {
@@ -82,9 +84,9 @@ def _convert(node: dict, defs: dict, in_spec: bool) -> dict:
             # Let the API server fill nested defaults: an omitted object section becomes {} and then gets
             # its own fields' defaults, so stored objects show every effective value.
             for name, prop in out["properties"].items():
-                if prop.get("type") == "object" and "default" not in prop and name not in out.get("required", []):
-                    if not prop.get("nullable") and "x-kubernetes-preserve-unknown-fields" not in prop:
-                        prop["default"] = {}
+                optional_section = prop.get("type") == "object" and name not in out.get("required", [])
+                if optional_section and not (_NO_DEFAULT_KEYS & set(prop)):
+                    prop["default"] = {}
     if node.get("additionalProperties") is True:
         out["type"] = "object"
         out["x-kubernetes-preserve-unknown-fields"] = True

@@ -106,7 +106,9 @@ def _trainer_index(containers: list[dict]) -> int:
 
 
 def _env(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) -> list[dict]:
-    tf_config = tfconfig.build(job.name, job.namespace, job.spec.replica_specs.counts(), replica_type, index, options.port)
+    tf_config = tfconfig.build(
+        job.name, job.namespace, job.spec.replica_specs.counts(), replica_type, index, options.port
+    )
     values = {
         tfconfig.ENV_VAR: tf_config.to_json(),
         "AGENTS_JOB_NAME": job.name,

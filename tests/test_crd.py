@@ -41,8 +41,10 @@ def test_schema_is_structural():
         assert set(node) <= SCHEMA_KEYS, (path, set(node) - SCHEMA_KEYS)
         assert "type" in node, path
         if node["type"] == "object" and path != "$.metadata":  # the API server owns the root metadata
-            assert "properties" in node or "additionalProperties" in node or node.get(
-                "x-kubernetes-preserve-unknown-fields"
+            assert (
+                "properties" in node
+                or "additionalProperties" in node
+                or node.get("x-kubernetes-preserve-unknown-fields")
             ), path
         assert not ("properties" in node and isinstance(node.get("additionalProperties"), dict)), path
 

@@ -1,0 +1,103 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents_operator import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_validate_examples(capsys):
+    code, out, err = run(capsys, "validate", *map(str, sorted((ROOT / "examples").glob("*.yaml"))))
+    assert code == 0, err
+    assert out.count("is valid") == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("kind: [unclosed", ":1:16: invalid YAML: expected ',' or ']'"),
+        ("", "no YAML document found"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "kind: expected apiVersion agents.dev"),
+        (
+            "apiVersion: agents.dev/v1alpha1\nkind: AgentsJob\nmetadata: {name: x}\n"
+            "spec: {replicaSpecs: {worker: {replicas: 0}}}\n",
+            "spec.replicaSpecs.worker.replicas: Input should be greater than or equal to 1",
+        ),
+        (
+            "apiVersion: agents.dev/v1alpha1\nkind: AgentsJob\nmetadata: {name: x}\n"
+            "spec: {trainer: {preset: nope, epochs: many}, replicaSpecs: {worker: {}}}\n",
+            "spec.trainer.epochs: Input should be a valid integer",
+        ),
+    ],
+)
+def test_validate_bad_input_is_one_line_per_problem(capsys, tmp_path, text, expected):
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, "validate", str(path))
+    assert code == 1
+    assert expected in err
+    assert "Traceback" not in err
+    assert all(line.startswith(str(path)) for line in err.splitlines())
+
+
+def test_validate_missing_file(capsys, tmp_path):
+    code, _, err = run(capsys, "validate", str(tmp_path / "nope.yaml"))
+    assert code == 1
+    assert err.strip() == f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory"
+
+
+def test_validate_multi_document_file_names_the_document(capsys, tmp_path):
+    good = (ROOT / "examples" / "pendulum.yaml").read_text()
+    path = tmp_path / "two.yaml"
+    path.write_text(good + "---\n" + good.replace("name: pendulum", "name: Bad_Name"))
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 1
+    assert f"{path}[0]: AgentsJob pendulum is valid" in out
+    assert err.startswith(f"{path}[1]: metadata.name:")
+
+
+def test_render_prints_the_children(capsys):
+    code, out, _ = run(capsys, "render", str(ROOT / "examples" / "pendulum.yaml"), "-n", "team-a")
+    assert code == 0
+    docs = list(yaml.safe_load_all(out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Service", "pendulum-ps-0"),
+        ("Service", "pendulum-worker-0"),
+        ("Service", "pendulum-worker-1"),
+        ("Pod", "pendulum-ps-0"),
+        ("Pod", "pendulum-worker-0"),
+        ("Pod", "pendulum-worker-1"),
+    ]
+    assert {d["metadata"]["namespace"] for d in docs} == {"team-a"}
+
+
+def test_render_rejects_an_invalid_job(capsys, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("apiVersion: agents.dev/v1alpha1\nkind: AgentsJob\nmetadata: {name: x}\nspec: {}\n")
+    code, out, err = run(capsys, "render", str(path))
+    assert (code, out) == (1, "")
+    assert err.strip() == f"{path}: spec.replicaSpecs: Field required"
+
+
+def test_crd_command_prints_the_checked_in_crd(capsys):
+    code, out, _ = run(capsys, "crd")
+    assert code == 0
+    assert out == (ROOT / "crds" / "agentsjob.yaml").read_text()
+
+
+def test_console_script_runs():
+    exe = Path(sys.executable).parent / "agents-operator"
+    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=True)
+    for command in ("crd", "validate", "render"):
+        assert command in out.stdout

@@ -1,0 +1,172 @@
+import json
+import os
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from agents_operator import manifests, naming, presets, render, tfconfig
+from agents_operator.api import parse_job
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+UID = "6c1d2e3f-0000-4000-8000-000000000001"
+DNS_LABEL = __import__("re").compile(naming.DNS_1035_LABEL)
+
+
+def load(path: Path, uid: str | None = UID):
+    job = manifests.load_job(path)
+    job.metadata.namespace = "research"
+    job.metadata.uid = uid
+    return job
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_golden(path):
+    """What render makes of each example is pinned; set UPDATE_GOLDEN=1 to rewrite after a deliberate change."""
+    rendered = manifests.dump_all(render.children(load(path)))
+    golden = ROOT / "tests" / "golden" / f"{path.stem}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_children_are_valid_kubernetes_objects(path):
+    for obj in render.children(load(path)):
+        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_each_pod_gets_its_own_tf_config_and_service(path):
+    job = load(path)
+    pods = render.pods(job)
+    services = {s["metadata"]["name"]: s for s in render.services(job)}
+    counts = job.spec.replica_specs.counts()
+    assert len(pods) == sum(counts.values())
+    for pod in pods:
+        meta = pod["metadata"]
+        replica_type, index = naming.parse_child(meta["labels"])
+        assert meta["name"] == f"{job.name}-{replica_type}-{index}"
+        assert DNS_LABEL.match(meta["name"]) and len(meta["name"]) <= 63
+        assert meta["ownerReferences"][0]["uid"] == UID
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        cfg = tfconfig.parse(env["TF_CONFIG"])
+        assert (cfg.task_type, cfg.task_index) == (replica_type, index)
+        assert cfg.num_workers == counts["worker"] and cfg.num_ps == counts["ps"]
+        if replica_type != naming.EVALUATOR:
+            assert cfg.address == f"{meta['name']}.research.svc:2222"
+            svc = services[meta["name"]]
+            assert svc["spec"]["clusterIP"] == "None"
+            assert all(meta["labels"][k] == v for k, v in svc["spec"]["selector"].items())
+        assert (meta["labels"].get(naming.LABEL_ROLE) == "chief") == (replica_type == "worker" and index == 0)
+        assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_trainer_args_resolve_to_the_same_config():
+    job = load(ROOT / "examples" / "hopper.yaml")
+    args = render.trainer_args(job)
+    assert args[:3] == ["train", "--config", "hopper"]
+    overrides = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--set")
+    assert set(overrides) == {"mode", "learning_rate", "seed"}
+    parsed = {k: yaml.safe_load(v) for k, v in overrides.items()}
+    assert presets.resolve("hopper", parsed) == job.trainer_config()
+    assert args[-3:] == ["--logdir", "/var/run/agents/hopper", "--resume"]
+
+
+def _job(**worker):
+    return parse_job(
+        {
+            "apiVersion": "agents.dev/v1alpha1",
+            "kind": "AgentsJob",
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {"image": "trainer:1", "replicaSpecs": {"worker": {"replicas": 1, **worker}}},
+        }
+    )
+
+
+def test_restricted_security_defaults():
+    pod = render.pod(_job(), "worker", 0)
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = pod["spec"]["containers"][0]["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_template_fields_are_kept_and_win():
+    template = {
+        "metadata": {"labels": {"team": "rl", naming.LABEL_JOB: "spoof"}, "annotations": {"a": "b"}},
+        "spec": {
+            "nodeSelector": {"pool": "cpu"},
+            "securityContext": {"runAsUser": 4242},
+            "containers": [
+                {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]},
+                {
+                    "name": "agents",
+                    "command": ["python", "-m", "mytrainer"],
+                    "env": [{"name": "FOO", "value": "1"}, {"name": "TF_CONFIG", "value": "stale"}],
+                    "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}},
+                    "resources": {"limits": {"cpu": "2"}},
+                },
+            ],
+        },
+    }
+    pod = render.pod(_job(template=template), "worker", 0)
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"pool": "cpu"}
+    assert spec["securityContext"]["runAsUser"] == 4242
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    sidecar, trainer = spec["containers"]
+    assert sidecar["command"] == ["sleep", "inf"] and "env" not in sidecar
+    assert trainer["command"] == ["python", "-m", "mytrainer"] and "args" not in trainer
+    assert trainer["image"] == "trainer:1"
+    env = [e["name"] for e in trainer["env"]]
+    assert env.count("TF_CONFIG") == 1 and "FOO" in env
+    assert json.loads(next(e["value"] for e in trainer["env"] if e["name"] == "TF_CONFIG"))["task"]["index"] == 0
+    assert trainer["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert trainer["resources"] == {"limits": {"cpu": "2"}}
+    assert pod["metadata"]["labels"]["team"] == "rl"
+    assert pod["metadata"]["labels"][naming.LABEL_JOB] == "j"  # ours win: selectors depend on them
+    assert pod["metadata"]["annotations"] == {"a": "b"}
+
+
+def test_offline_render_has_no_owner_reference():
+    pod = render.pod(_job(), "worker", 0)
+    assert "ownerReferences" not in pod["metadata"]
+
+
+def test_storage_volume():
+    job = load(ROOT / "examples" / "bullet-ant.yaml")
+    pod = render.pod(job, "worker", 3)
+    assert {"name": "agents-run", "persistentVolumeClaim": {"claimName": "agents-runs"}} in pod["spec"]["volumes"]
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "agents-run", "mountPath": "/var/run/agents"} in mounts
+    assert render.run_dir(job) == "/var/run/agents/bullet-ant"
+
+
+def test_tensorboard_only_when_enabled():
+    assert render.tensorboard(load(ROOT / "examples" / "pendulum.yaml")) == []
+    job = load(ROOT / "examples" / "bullet-ant.yaml")
+    deployment, service = render.tensorboard(job)
+    assert deployment["metadata"]["name"] == "bullet-ant-tensorboard"
+    assert service["spec"]["ports"][0]["targetPort"] == render.TENSORBOARD_PORT
+    assert render.tensorboard_url(job) == "http://bullet-ant-tensorboard.research.svc"
+
+
+def test_scheduling_policy():
+    data = {
+        "apiVersion": "agents.dev/v1alpha1",
+        "kind": "AgentsJob",
+        "metadata": {"name": "j"},
+        "spec": {
+            "replicaSpecs": {"worker": {}},
+            "runPolicy": {"schedulingPolicy": {"schedulerName": "volcano", "priorityClass": "hi", "queue": "q"}},
+        },
+    }
+    pod = render.pod(parse_job(data), "worker", 0)
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert pod["spec"]["priorityClassName"] == "hi"
+    assert pod["metadata"]["labels"][render.QUEUE_LABEL] == "q"
