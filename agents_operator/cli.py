@@ -55,6 +55,22 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local(args: argparse.Namespace) -> int:
+    import logging
+    from pathlib import Path
+
+    from agents_operator import local, manifests
+
+    try:
+        job = manifests.load_job(args.file)
+    except manifests.ManifestError as err:
+        print(err, file=sys.stderr)
+        return 1
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logdir = Path(args.logdir) if args.logdir else Path("runs") / job.name
+    return local.run_local(job, logdir.resolve(), video=not args.no_video)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agents-operator",
@@ -86,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", help="namespace (default: the manifest's, else 'default')")
     p.add_argument("--image", help="image for replicas that name none (default: %(default)s)")
     p.set_defaults(func=_render)
+
+    p = sub.add_parser(
+        "local",
+        help="run an AgentsJob on this machine, one process per replica",
+        description="Run the job's replicas here with the commands and environment render gives their pods "
+        "(hosts mapped to free localhost ports). Per-replica logs go to LOGDIR/logs; restart policies and "
+        "backoffLimit are honoured; Ctrl-C stops every process. Exit 0 only when the job succeeded.",
+    )
+    p.add_argument("file", metavar="FILE", help="an AgentsJob manifest")
+    p.add_argument("--logdir", help="run directory (default: runs/<job name>)")
+    p.add_argument("--no-video", action="store_true", help="skip the GIF of the learned policy at the end")
+    p.set_defaults(func=_local)
     return parser
 
 

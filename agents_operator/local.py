@@ -1,0 +1,303 @@
+"""Run an AgentsJob on this machine: every replica as a local process.
+
+Each process gets the command and environment that `render` gives its pod, with the cluster's host names
+mapped to free localhost ports and the run directory moved to a local folder. Restart policies and the
+success policy are honoured as the operator honours them (`policy.py` holds the shared rules); progress
+comes from the chief's /metrics endpoint, as it does for the operator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from agents_operator import naming, policy, render, scrape, tfconfig
+from agents_operator.api import AgentsJob
+from agents_operator.trainer.progress import Progress
+
+POLL_SECONDS = 0.5
+METRICS_SECONDS = 2.0
+STOP_GRACE_SECONDS = 10.0
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on right now."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Replica:
+    """One replica of the job as a local process."""
+
+    type: str
+    index: int
+    argv: list[str]
+    env: dict[str, str]
+    restart_policy: str
+    log_path: Path
+    process: subprocess.Popen | None = None
+    attempts: int = 0
+    exit_code: int | None = None
+    log_file: TextIO | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}-{self.index}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def _replace_logdir(args: list[str], logdir: Path) -> list[str]:
+    args = list(args)
+    if "--logdir" in args:
+        args[args.index("--logdir") + 1] = str(logdir)
+    return args
+
+
+def plan(job: AgentsJob, logdir: Path, ports: dict[str, int] | None = None, metrics_port: int = 0) -> list[Replica]:
+    """The local processes of `job`: rendered commands and environments, hosts mapped to localhost."""
+    options = render.RenderOptions()
+    members = [(t, i) for t, i in render.replicas(job) if t in tfconfig.CLUSTER_TYPES]
+    ports = ports or {}
+    addresses = {
+        tfconfig.host(job.name, t, i, job.namespace, options.port): f"localhost:{ports.get(f'{t}-{i}') or free_port()}"
+        for t, i in members
+    }
+    replicas = []
+    for replica_type, index in render.replicas(job):
+        pod = render.pod(job, replica_type, index, options)
+        container = pod["spec"]["containers"][0]
+        for candidate in pod["spec"]["containers"]:
+            if candidate["name"] == render.TRAINER_CONTAINER:
+                container = candidate
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        env[tfconfig.ENV_VAR] = tfconfig.parse(env[tfconfig.ENV_VAR]).with_addresses(addresses).to_json()
+        env["AGENTS_LOGDIR"] = str(logdir)
+        command = container.get("command", [])
+        args = _replace_logdir(container.get("args", []), logdir)
+        if command == ["agents-operator"]:
+            # The same program as in the pod, from this interpreter's environment.
+            command = [sys.executable, "-m", "agents_operator"]
+            if metrics_port and "train" in args:
+                args = [*args[:-1], "--set", f"metrics_port={metrics_port}", args[-1]]
+        replicas.append(
+            Replica(
+                type=replica_type,
+                index=index,
+                argv=[*command, *args],
+                env=env,
+                restart_policy=getattr(job.spec.replica_specs, replica_type).restart_policy,
+                log_path=logdir / "logs" / f"{naming.child_name(job.name, replica_type, index)}.log",
+            )
+        )
+    return replicas
+
+
+class Tracker:
+    """Job-wide progress from the chief's metrics; steps per second are measured here, over the whole run."""
+
+    def __init__(self, total_steps: int, out: TextIO):
+        self.display = Progress(total_steps, out)
+        self.last: dict[str, float] = {}
+        self._first: tuple[float, float] | None = None
+        self.rate = 0.0
+
+    def update(self, metrics: dict[str, float] | None) -> None:
+        if not metrics:
+            return
+        now, steps = time.monotonic(), metrics.get(scrape.ENV_STEPS, 0.0)
+        if self._first is None:
+            self._first = (now, steps)
+        elif now > self._first[0]:
+            self.rate = (steps - self._first[1]) / (now - self._first[0])
+        self.last = metrics
+        self.display.update(int(steps), metrics.get(scrape.MEAN_RETURN), self.rate)
+
+    def finish(self) -> None:
+        self.display.close()
+
+    def summary(self) -> str:
+        if not self.last:
+            return "no progress was reported (the chief's /metrics never answered)"
+        parts = [f"{int(self.last.get(scrape.ENV_STEPS, 0))} env steps"]
+        if scrape.GLOBAL_STEP in self.last:
+            parts.append(f"global step {int(self.last[scrape.GLOBAL_STEP])}")
+        if scrape.MEAN_RETURN in self.last:
+            parts.append(f"mean return {self.last[scrape.MEAN_RETURN]:.1f}")
+        if scrape.EVAL_RETURN in self.last:
+            parts.append(f"eval return {self.last[scrape.EVAL_RETURN]:.1f}")
+        if self.rate:
+            parts.append(f"{self.rate:.0f} env steps/s")
+        return ", ".join(parts)
+
+
+class Launcher:
+    """Starts, watches, restarts and stops the replicas of one job."""
+
+    def __init__(self, job: AgentsJob, logdir: Path, out: TextIO = sys.stderr):
+        self.job = job
+        self.logdir = logdir
+        self.out = out
+        self.metrics_port = free_port()
+        self.replicas = plan(job, logdir, metrics_port=self.metrics_port)
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        self.restarts = 0
+        self.tracker = Tracker(job.trainer_config().total_steps, out)
+
+    # --- processes ---------------------------------------------------------------------------------------
+
+    def _start(self, replica: Replica) -> None:
+        replica.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if replica.log_file is None:
+            replica.log_file = replica.log_path.open("a", buffering=1)
+        replica.attempts += 1
+        replica.exit_code = None
+        replica.log_file.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} start, attempt {replica.attempts} ---\n")
+        replica.process = subprocess.Popen(
+            replica.argv,
+            env={**os.environ, **replica.env},
+            stdout=replica.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches us only; we stop every group ourselves
+        )
+
+    def _signal(self, replica: Replica, sig: int) -> None:
+        if replica.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(replica.process.pid, sig)
+
+    def stop_all(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """SIGTERM every replica's process group, then SIGKILL what is left after `grace` seconds."""
+        for replica in self.replicas:
+            self._signal(replica, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(r.running for r in self.replicas) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for replica in self.replicas:
+            if replica.running:
+                self._signal(replica, signal.SIGKILL)
+                replica.process.wait()
+            elif replica.process is not None:
+                # The group may outlive its leader (env subprocesses): make sure nothing stays behind.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(replica.process.pid, signal.SIGKILL)
+        for replica in self.replicas:
+            if replica.log_file is not None:
+                replica.log_file.close()
+                replica.log_file = None
+
+    # --- the job -----------------------------------------------------------------------------------------
+
+    def run(self) -> policy.Outcome:
+        """Run the job to its end; the outcome says whether it succeeded and why not."""
+        for replica in self.replicas:
+            self._start(replica)
+        last_metrics = 0.0
+        try:
+            while True:
+                outcome = self._step()
+                if outcome is not None:
+                    return outcome
+                if time.monotonic() - last_metrics >= METRICS_SECONDS:
+                    last_metrics = time.monotonic()
+                    self.tracker.update(scrape.scrape(self.metrics_url))
+                time.sleep(POLL_SECONDS)
+        finally:
+            self.tracker.update(scrape.scrape(self.metrics_url))
+            self.stop_all()
+            self.tracker.finish()
+
+    def _step(self) -> policy.Outcome | None:
+        for replica in self.replicas:
+            if replica.process is None or replica.exit_code is not None:
+                continue
+            code = replica.process.poll()
+            if code is None:
+                continue
+            replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
+            print(f"{replica.name} exited with code {replica.exit_code}", file=self.out)
+            if replica.exit_code == 0:
+                continue
+            if not policy.should_restart(replica.restart_policy, replica.exit_code):
+                return policy.Outcome(
+                    False,
+                    "Failed",
+                    f"{replica.name} failed with exit code {replica.exit_code} "
+                    f"(restartPolicy {replica.restart_policy})",
+                )
+            if self.restarts >= self.job.spec.run_policy.backoff_limit:
+                return policy.Outcome(
+                    False,
+                    "BackoffLimitExceeded",
+                    f"{replica.name} failed again after {self.restarts} restarts "
+                    f"(backoffLimit {self.job.spec.run_policy.backoff_limit})",
+                )
+            self.restarts += 1
+            print(f"restarting {replica.name} (restart {self.restarts})", file=self.out)
+            self._start(replica)
+        workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER}
+        if policy.succeeded(self.job.spec.success_policy, workers):
+            return policy.Outcome(True, "Succeeded", "the job's workers finished")
+        return None
+
+
+def render_video(logdir: Path, out: TextIO) -> Path | None:
+    """A GIF of the learned policy, made with `agents-operator visualize`; None when that fails."""
+    video = logdir / "videos" / "final.gif"
+    video.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "agents_operator", "visualize", "--logdir", str(logdir), "--out", str(video)]
+    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        print(f"no video: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'}", file=out)
+        return None
+    return video
+
+
+def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sys.stderr) -> int:
+    """Run `job` here; 0 only when it succeeded."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    launcher = Launcher(job, logdir, out)
+    counts = job.spec.replica_specs.counts()
+    print(
+        f"running AgentsJob {job.name}: {counts['ps']} ps, {counts['worker']} worker(s)"
+        + (f", {counts['evaluator']} evaluator" if counts["evaluator"] else "")
+        + f"; run directory {logdir}",
+        file=out,
+    )
+    interrupted = False
+
+    def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        outcome = launcher.run()
+    except KeyboardInterrupt:
+        interrupted = True
+        outcome = policy.Outcome(False, "Interrupted", "stopped by the user; every replica was stopped")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    made = render_video(logdir, out) if outcome.succeeded and video and shutil.which(sys.executable) else None
+    summary = launcher.tracker.summary()
+    print(f"{outcome.reason}: {outcome.message}", file=out)
+    print(f"  {summary}", file=out)
+    print(f"  run directory: {logdir}  (logs in {logdir / 'logs'})", file=out)
+    if made:
+        print(f"  video: {made}", file=out)
+    if interrupted:
+        return 130
+    return 0 if outcome.succeeded else 1

@@ -1,0 +1,234 @@
+"""The local launcher with stand-in replicas (plain commands), so its policies are tested without TensorFlow."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents_operator import local, policy, tfconfig
+from agents_operator.api import parse_job
+
+PY = sys.executable
+
+
+def job(worker_cmd, ps_cmd=("sleep", "60"), workers=2, worker_policy="OnFailure", backoff=3, success="ChiefWorker"):
+    def template(cmd):
+        return {"spec": {"containers": [{"name": "agents", "command": list(cmd)}]}}
+
+    return parse_job(
+        {
+            "apiVersion": "agents.dev/v1alpha1",
+            "kind": "AgentsJob",
+            "metadata": {"name": "t"},
+            "spec": {
+                "replicaSpecs": {
+                    "ps": {"replicas": 1, "template": template(ps_cmd)},
+                    "worker": {"replicas": workers, "restartPolicy": worker_policy, "template": template(worker_cmd)},
+                },
+                "runPolicy": {"backoffLimit": backoff},
+                "successPolicy": success,
+            },
+        }
+    )
+
+
+def script(body: str) -> list[str]:
+    return [PY, "-c", textwrap.dedent(body)]
+
+
+def run(j, tmp_path):
+    launcher = local.Launcher(j, tmp_path, out=sys.stderr)
+    return launcher, launcher.run()
+
+
+def test_plan_maps_hosts_to_localhost_and_keeps_the_rendered_environment(tmp_path):
+    from agents_operator import manifests
+
+    j = manifests.load_job(Path(__file__).resolve().parents[2] / "examples" / "pendulum.yaml")
+    replicas = local.plan(j, tmp_path, ports={"ps-0": 40001, "worker-0": 40002, "worker-1": 40003}, metrics_port=9999)
+    assert [r.name for r in replicas] == ["ps-0", "worker-0", "worker-1"]
+    cfg = tfconfig.parse(replicas[2].env["TF_CONFIG"])
+    assert cfg.cluster == {"ps": ["localhost:40001"], "worker": ["localhost:40002", "localhost:40003"]}
+    assert (cfg.task_type, cfg.task_index) == ("worker", 1)
+    argv = replicas[1].argv
+    assert argv[:4] == [PY, "-m", "agents_operator", "train"]
+    assert argv[argv.index("--logdir") + 1] == str(tmp_path)
+    assert "metrics_port=9999" in argv and argv[-1] == "--resume"
+    assert replicas[0].env["AGENTS_REPLICA_TYPE"] == "ps"
+    assert replicas[1].log_path == tmp_path / "logs" / "pendulum-worker-0.log"
+
+
+def test_success_stops_the_parameter_servers(tmp_path):
+    launcher, outcome = run(job(["true"]), tmp_path)
+    assert outcome.succeeded
+    ps = launcher.replicas[0]
+    assert ps.process.poll() is not None  # stopped by the launcher, not left behind
+    assert (tmp_path / "logs" / "t-ps-0.log").exists()
+
+
+def test_all_workers_policy_waits_for_every_worker(tmp_path):
+    worker = script("""
+        import os, sys, time
+        time.sleep(0.2 if os.environ["AGENTS_REPLICA_INDEX"] == "0" else 1.5)
+    """)
+    launcher, outcome = run(job(worker, success="AllWorkers"), tmp_path)
+    assert outcome.succeeded
+    assert [r.exit_code for r in launcher.replicas[1:]] == [0, 0]
+
+
+def test_exit_code_policy_fails_on_a_permanent_error(tmp_path):
+    launcher, outcome = run(job(["sh", "-c", "exit 3"], worker_policy="ExitCode"), tmp_path)
+    assert not outcome.succeeded
+    assert outcome.reason == "Failed" and "exit code 3" in outcome.message
+    assert launcher.restarts == 0
+
+
+def test_exit_code_policy_retries_signals_until_the_backoff_limit(tmp_path):
+    marker = tmp_path / "attempts"
+    worker = script(f"""
+        import os, signal
+        p = {str(marker)!r} + os.environ["AGENTS_REPLICA_INDEX"]
+        n = int(open(p).read()) if os.path.exists(p) else 0
+        open(p, "w").write(str(n + 1))
+        if n < 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    launcher, outcome = run(job(worker, worker_policy="ExitCode", backoff=2), tmp_path)
+    assert outcome.succeeded, outcome
+    assert launcher.restarts >= 1
+    assert "attempt 2" in (tmp_path / "logs" / "t-worker-0.log").read_text()
+
+
+def test_backoff_limit_bounds_restarts_across_the_job(tmp_path):
+    launcher, outcome = run(job(["sh", "-c", "exit 1"], worker_policy="OnFailure", backoff=3), tmp_path)
+    assert not outcome.succeeded
+    assert outcome.reason == "BackoffLimitExceeded"
+    assert launcher.restarts == 3
+
+
+def test_never_policy_fails_at_once(tmp_path):
+    launcher, outcome = run(job(["sh", "-c", "kill -9 $$"], worker_policy="Never"), tmp_path)
+    assert not outcome.succeeded and "exit code 137" in outcome.message
+
+
+def test_progress_comes_from_the_chiefs_metrics(tmp_path):
+    worker = script("""
+        import http.server, os, sys, threading, time
+        if os.environ["AGENTS_REPLICA_INDEX"] != "0":
+            sys.exit(0)
+        argv = sys.argv
+        port = int(os.environ["PORT"])
+        body = b"agents_trainer_env_steps 1200.0\\nagents_trainer_mean_return -180.5\\nagents_trainer_global_step 7\\n"
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(body)
+            def log_message(self, *a): pass
+        server = http.server.HTTPServer(("127.0.0.1", port), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        time.sleep(3)
+    """)
+    j = job(worker)
+    launcher = local.Launcher(j, tmp_path, out=sys.stderr)
+    for r in launcher.replicas:
+        r.env["PORT"] = str(launcher.metrics_port)
+    outcome = launcher.run()
+    assert outcome.succeeded
+    assert launcher.tracker.last[local.scrape.MEAN_RETURN] == -180.5
+    assert "mean return -180.5" in launcher.tracker.summary()
+
+
+def test_ctrl_c_stops_every_process(tmp_path):
+    manifest = tmp_path / "job.yaml"
+    spawner = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+    data = {
+        "apiVersion": "agents.dev/v1alpha1",
+        "kind": "AgentsJob",
+        "metadata": {"name": "c"},
+        "spec": {
+            "replicaSpecs": {
+                "ps": {"template": {"spec": {"containers": [{"name": "agents", "command": ["sleep", "300"]}]}}},
+                "worker": {
+                    "replicas": 2,
+                    "template": {"spec": {"containers": [{"name": "agents", "command": [PY, "-c", spawner]}]}},
+                },
+            }
+        },
+    }
+    manifest.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen(
+        [PY, "-m", "agents_operator", "local", str(manifest), "--logdir", str(tmp_path / "run"), "--no-video"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.5)
+    children = _descendants(proc.pid)
+    assert len(children) >= 5  # ps, two workers, their two sleeps
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "Interrupted" in err and "Traceback" not in err
+    time.sleep(0.5)
+    assert [pid for pid in children if _alive(pid)] == []
+
+
+def _descendants(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,sid="], capture_output=True, text=True).stdout
+    rows = [tuple(map(int, line.split())) for line in out.splitlines()]
+    found, frontier = [], {pid}
+    while frontier:
+        children = [p for p, pp, _ in rows if pp in frontier]
+        found += children
+        frontier = set(children)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "code", "restart"),
+    [
+        ("Always", 1, True),
+        ("OnFailure", 137, True),
+        ("ExitCode", 1, False),
+        ("ExitCode", 127, False),
+        ("ExitCode", 128, True),
+        ("ExitCode", 143, True),
+        ("Never", 137, False),
+    ],
+)
+def test_should_restart(restart_policy, code, restart):
+    assert policy.should_restart(restart_policy, code) is restart
+
+
+@pytest.mark.parametrize(
+    ("success_policy", "codes", "done"),
+    [
+        ("ChiefWorker", {0: 0, 1: None}, True),
+        ("ChiefWorker", {0: None, 1: 0}, False),
+        ("AllWorkers", {0: 0, 1: None}, False),
+        ("AllWorkers", {0: 0, 1: 0}, True),
+        ("AllWorkers", {}, False),
+    ],
+)
+def test_succeeded(success_policy, codes, done):
+    assert policy.succeeded(success_policy, codes) is done
+
+
+def test_scrape_parse_ignores_labels_comments_and_nan():
+    text = '# HELP x y\nagents_trainer_env_steps 5.0\nfoo{a="b"} 3\nagents_trainer_mean_return NaN\nbad line\n'
+    assert local.scrape.parse(text) == {"agents_trainer_env_steps": 5.0}
+    assert json.dumps(local.scrape.parse(""))
