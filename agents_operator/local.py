@@ -280,7 +280,7 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
     )
     interrupted = False
 
-    def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    def _interrupt(signum, frame):
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -114,7 +114,7 @@ def test_backoff_limit_bounds_restarts_across_the_job(tmp_path):
 
 
 def test_never_policy_fails_at_once(tmp_path):
-    launcher, outcome = run(job(["sh", "-c", "kill -9 $$"], worker_policy="Never"), tmp_path)
+    _, outcome = run(job(["sh", "-c", "kill -9 $$"], worker_policy="Never"), tmp_path)
     assert not outcome.succeeded and "exit code 137" in outcome.message
 
 
