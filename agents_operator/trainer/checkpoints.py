@@ -1,0 +1,76 @@
+"""Checkpoint directories: written atomically, the last few kept, a broken latest one skipped.
+
+Layout: `<logdir>/checkpoints/ckpt-<iteration, 8 digits>/model.{index,data-*}`. A checkpoint is written
+into a temporary directory and renamed into place, so a directory with the final name is complete; a
+crash leaves only a `.tmp-*` directory, which the next save removes. Restoring tries the newest
+checkpoint first and falls back to older ones when one cannot be read (a corrupt file, a file missing).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agents_operator.trainer.learner import Learner, LearnerState
+
+log = logging.getLogger(__name__)
+
+KEEP = 3
+_PREFIX = "ckpt-"
+_MODEL = "model"
+
+
+def directory(logdir: Path) -> Path:
+    return Path(logdir) / "checkpoints"
+
+
+def list_checkpoints(logdir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = directory(logdir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
+
+
+def save(learner: Learner, logdir: Path, iteration: int) -> Path:
+    """Save the learner's variables as checkpoint `iteration` and prune all but the newest KEEP."""
+    root = directory(logdir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    final = root / f"{_PREFIX}{iteration:08d}"
+    if final.exists():
+        return final
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    learner.save(str(tmp / _MODEL))
+    os.rename(tmp, final)
+    for old in list_checkpoints(logdir)[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def restore_latest(learner: Learner, logdir: Path) -> tuple[LearnerState, Path] | None:
+    """Restore the newest readable checkpoint; None when there is none at all.
+
+    A checkpoint that fails to restore is logged and the previous one tried. When every checkpoint
+    fails, the last error is raised: starting over silently would discard the run.
+    """
+    from agents_operator.trainer.learner import CheckpointError
+
+    candidates = list_checkpoints(logdir)
+    error: CheckpointError | None = None
+    for path in reversed(candidates):
+        try:
+            return learner.restore(str(path / _MODEL)), path
+        except CheckpointError as failure:
+            log.warning("checkpoint %s cannot be restored (%s); trying the previous one", path, failure)
+            error = failure
+    if error is not None:
+        raise CheckpointError(f"none of the {len(candidates)} checkpoints in {directory(logdir)} can be restored")
+    return None

@@ -1,0 +1,117 @@
+"""The learner graph: numpy actor == TF graph, counters, KL penalty, save/restore, checkpoint fallback."""
+
+import numpy as np
+import pytest
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer import checkpoints
+from agents_operator.trainer.learner import Batch, CheckpointError, Learner
+from agents_operator.trainer.normalize import Moments
+
+OBS, ACT = 3, 2
+
+
+def _config(**settings):
+    small = dict(envs_per_worker=4, rollout_steps=8, minibatches=4, epochs=3, policy_layers=[16], value_layers=[16])
+    return TrainerConfig(**{**small, **settings})
+
+
+def _batch(learner_state, size=32, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(size, OBS)).astype(np.float32)
+    policy = learner_state.policy
+    actions, log_probs, means = policy.sample(obs, rng)
+    values = policy.value_of(obs).astype(np.float32)
+    advantages = rng.normal(size=size).astype(np.float32)
+    return Batch(obs, actions, log_probs, means, policy.log_std, values, advantages, values + advantages)
+
+
+@pytest.fixture
+def learner():
+    learner = Learner(_config(), OBS, ACT)
+    yield learner
+    learner.close()
+
+
+def test_numpy_actor_matches_the_graph_and_init_is_orthogonal(learner):
+    state = learner.initialize()
+    batch = _batch(state)
+    # KL between the numpy actor's Gaussians and the graph's on the same weights: zero if they agree.
+    _, finish = learner.finish_iteration(batch, 0, Moments.zeros((OBS,)), Moments.zeros(()))
+    assert finish["kl"] == pytest.approx(0.0, abs=1e-6)
+    kernel = state.policy.policy[0][0]  # (3, 16): orthonormal rows times sqrt(2)
+    np.testing.assert_allclose(kernel @ kernel.T, 2.0 * np.eye(OBS), atol=1e-5)
+    assert np.all(state.policy.log_std == 0.0)
+
+
+def test_update_and_finish_count_steps_and_push_statistics(learner):
+    state = learner.initialize()
+    batch = _batch(state)
+    metrics = learner.update(batch, np.random.default_rng(0))
+    assert set(metrics) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "learning_rate"}
+    observations = Moments.of(np.ones((5, OBS)))
+    state, finish = learner.finish_iteration(batch, 32, observations, Moments.of(np.arange(4.0)))
+    assert (state.global_step, state.env_steps, state.iterations) == (3 * 4, 32, 1)
+    assert state.observation_moments.count == 5
+    assert state.return_moments.sum == 6.0
+    assert finish["kl"] > 0
+    # the linear schedule anneals by the env steps counted so far: 32 of 1M
+    second = learner.update(batch, np.random.default_rng(1))
+    assert second["learning_rate"] == pytest.approx(3e-4 * (1 - 32 / 1_000_000))
+
+
+def test_kl_penalty_coefficient_adapts():
+    learner = Learner(_config(objective="kl_penalty", learning_rate=0.05, kl_init_penalty=1.0), OBS, ACT)
+    try:
+        state = learner.initialize()
+        batch = _batch(state)
+        learner.update(batch, np.random.default_rng(0))
+        state, finish = learner.finish_iteration(batch, 32, Moments.zeros((OBS,)), Moments.zeros(()))
+        assert finish["kl"] > 1.3 * 0.01
+        assert state.kl_beta == pytest.approx(1.5)
+    finally:
+        learner.close()
+
+
+def test_checkpoint_round_trip_restores_weights_counters_and_statistics(learner, tmp_path):
+    state = learner.initialize()
+    batch = _batch(state)
+    learner.update(batch, np.random.default_rng(0))
+    saved, _ = learner.finish_iteration(batch, 32, Moments.of(np.full((7, OBS), 2.0)), Moments.of(np.ones(3)))
+    checkpoints.save(learner, tmp_path, saved.iterations)
+    other = Learner(_config(), OBS, ACT)
+    try:
+        restored, path = checkpoints.restore_latest(other, tmp_path)
+    finally:
+        other.close()
+    assert path.name == "ckpt-00000001"
+    assert (restored.global_step, restored.env_steps, restored.iterations) == (12, 32, 1)
+    np.testing.assert_array_equal(restored.observation_moments.sum, saved.observation_moments.sum)
+    assert restored.return_moments.count == 3
+    np.testing.assert_array_equal(restored.policy.policy[0][0], saved.policy.policy[0][0])
+    np.testing.assert_array_equal(restored.policy.log_std, saved.policy.log_std)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(learner, tmp_path, caplog):
+    state = learner.initialize()
+    batch = _batch(state)
+    for _ in range(4):
+        state, _ = learner.finish_iteration(batch, 10, Moments.zeros((OBS,)), Moments.zeros(()))
+        checkpoints.save(learner, tmp_path, state.iterations)
+    kept = checkpoints.list_checkpoints(tmp_path)
+    assert [p.name for p in kept] == ["ckpt-00000002", "ckpt-00000003", "ckpt-00000004"]
+    data = next(kept[-1].glob("model.data-*"))
+    data.write_bytes(data.read_bytes()[: len(data.read_bytes()) // 2])  # a torn write
+    (tmp_path / "checkpoints" / ".tmp-crashed").mkdir()  # an interrupted save is never a candidate
+    restored, path = checkpoints.restore_latest(learner, tmp_path)
+    assert path == kept[-2]
+    assert restored.env_steps == 30
+    assert "ckpt-00000004 cannot be restored" in caplog.text
+    for checkpoint in kept[:-1]:
+        (checkpoint / "model.index").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="none of the 3 checkpoints"):
+        checkpoints.restore_latest(learner, tmp_path)
+
+
+def test_no_checkpoint_means_a_fresh_start(learner, tmp_path):
+    assert checkpoints.restore_latest(learner, tmp_path) is None
