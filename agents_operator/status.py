@@ -1,0 +1,301 @@
+"""What the operator observes, as plain values: pod views, conditions, the chief's metrics. Pure module.
+
+`reconcile.plan` reads the cluster only through these views, so every decision it makes is a function of
+(spec, views, previous status, now) and can be tested with plain dicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from agents_operator import naming
+from agents_operator.api import AgentsJobStatus, Condition
+
+ANNOTATION_COUNTED = f"{naming.GROUP}/restart-counted"
+"""Set on a failed pod once its failure is counted in status.restarts (the value is the count after it).
+
+The marker lives on the pod so that counting is idempotent: an operator restarted between counting a failure
+and deleting the pod (or reading a stale cache) sees the marker and does not count the same failure twice.
+"""
+
+# --- pods ------------------------------------------------------------------------------------------------
+
+ACTIVE, SUCCEEDED, FAILED, TERMINATING = "active", "succeeded", "failed", "terminating"
+
+TRAINER_CONTAINER = "agents"
+
+
+@dataclass(frozen=True)
+class PodView:
+    """The few facts about one of the job's pods that reconcile needs."""
+
+    name: str
+    replica_type: str
+    index: int
+    phase: str
+    """Pending, Running, Succeeded, Failed or Unknown."""
+    terminating: bool = False
+    """deletionTimestamp is set: the pod is going away; it neither succeeds nor fails any more."""
+    exit_code: int | None = None
+    """Exit code of the trainer container (or the first failed one); None when no container terminated."""
+    reason: str | None = None
+    """Pod or container reason (Evicted, OOMKilled, Error, ...)."""
+    owner_uid: str | None = None
+    """uid of the controlling AgentsJob, when the pod has an owner reference."""
+    counted: int | None = None
+    """Value of ANNOTATION_COUNTED: this failure is already in status.restarts."""
+
+    @property
+    def state(self) -> str:
+        if self.terminating:
+            return TERMINATING
+        if self.phase == "Succeeded":
+            return SUCCEEDED
+        if self.phase == "Failed":
+            return FAILED
+        return ACTIVE
+
+    @property
+    def slot(self) -> tuple[str, int]:
+        return self.replica_type, self.index
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == naming.KIND:
+            return ref.get("uid")
+    return None
+
+
+def _exit(pod: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """(exit code, reason) of a finished pod: the trainer container's when it failed, else any failed one."""
+    status = pod.get("status") or {}
+    statuses = list(status.get("containerStatuses") or [])
+    statuses.sort(key=lambda c: c.get("name") != TRAINER_CONTAINER)  # the trainer first
+    terminated = [
+        (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") for c in statuses
+    ]
+    terminated = [t for t in terminated if t]
+    failed = [t for t in terminated if t.get("exitCode")]
+    chosen = failed[0] if failed else (terminated[0] if terminated else None)
+    if chosen is None:
+        return None, status.get("reason")
+    code = chosen.get("exitCode")
+    return (int(code) if isinstance(code, int) else None), chosen.get("reason") or status.get("reason")
+
+
+def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
+    """A pod as reconcile sees it, or None when it is not a replica pod (of `job`, when given)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not labels.get(naming.LABEL_JOB) or (job is not None and labels[naming.LABEL_JOB] != job):
+        return None
+    child = naming.parse_child(labels)
+    if child is None:
+        return None
+    replica_type, index = child
+    name = meta.get("name") or ""
+    if name != naming.child_name(labels[naming.LABEL_JOB], replica_type, index):
+        return None  # our labels on a pod we did not name: not one of ours
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    exit_code, reason = _exit(pod) if phase == "Failed" else (None, None)
+    counted = (meta.get("annotations") or {}).get(ANNOTATION_COUNTED)
+    return PodView(
+        name=name,
+        replica_type=replica_type,
+        index=index,
+        phase=phase,
+        terminating=bool(meta.get("deletionTimestamp")),
+        exit_code=exit_code,
+        reason=reason,
+        owner_uid=_controller_uid(meta),
+        counted=int(counted) if counted and str(counted).isdigit() else None,
+    )
+
+
+@dataclass(frozen=True)
+class ChildView:
+    """A Service or Deployment of the job: only its identity matters."""
+
+    kind: str
+    name: str
+    terminating: bool = False
+    owner_uid: str | None = None
+
+
+def view_child(obj: Mapping[str, Any], job: str | None = None) -> ChildView | None:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not labels.get(naming.LABEL_JOB) or (job is not None and labels[naming.LABEL_JOB] != job):
+        return None
+    return ChildView(
+        kind=obj.get("kind") or "",
+        name=meta.get("name") or "",
+        terminating=bool(meta.get("deletionTimestamp")),
+        owner_uid=_controller_uid(meta),
+    )
+
+
+def overlay(
+    pods: Iterable[PodView], deleting: Iterable[str] = (), counted: Mapping[str, int] | None = None
+) -> list[PodView]:
+    """Pods with the operator's own recent writes applied, for when the watch has not delivered them yet.
+
+    `deleting`: names of pods the operator deleted; `counted`: failure markers it wrote (name -> value).
+    """
+    deleting, counted = set(deleting), counted or {}
+    out = []
+    for pod in pods:
+        if pod.name in deleting:
+            pod = replace(pod, terminating=True)
+        if pod.name in counted and pod.counted is None and pod.state == FAILED:
+            pod = replace(pod, counted=counted[pod.name])
+        out.append(pod)
+    return out
+
+
+# --- conditions ------------------------------------------------------------------------------------------
+
+PRECEDENCE = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
+"""When several conditions are True, state is the first of these (terminal ones win)."""
+
+ORDER = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+
+def timestamp(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def get_condition(status: AgentsJobStatus, type_: str) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+def is_true(status: AgentsJobStatus, type_: str) -> bool:
+    cond = get_condition(status, type_)
+    return cond is not None and cond.status == "True"
+
+
+def set_condition(status: AgentsJobStatus, type_: str, value: bool, reason: str, message: str, now: datetime) -> bool:
+    """Set one condition in place; True when its status flipped. A False condition is only recorded when the
+    condition exists already (conditions appear once they first become True)."""
+    wanted = "True" if value else "False"
+    cond = get_condition(status, type_)
+    if cond is None:
+        if not value:
+            return False
+        status.conditions.append(
+            Condition(type=type_, status=wanted, reason=reason, message=message, last_transition_time=timestamp(now))
+        )
+        status.conditions.sort(key=lambda c: ORDER.index(c.type))
+        return True
+    flipped = cond.status != wanted
+    cond.status = wanted
+    cond.reason, cond.message = reason, message
+    if flipped:
+        cond.last_transition_time = timestamp(now)
+    return flipped
+
+
+def state_of(status: AgentsJobStatus) -> str | None:
+    return next((t for t in PRECEDENCE if is_true(status, t)), None)
+
+
+def finished(status: AgentsJobStatus) -> bool:
+    return is_true(status, "Succeeded") or is_true(status, "Failed")
+
+
+def parse_status(raw: Any) -> AgentsJobStatus:
+    """The job's status as stored; anything we cannot read counts as empty (never crash on a bad object)."""
+    if not isinstance(raw, Mapping):
+        return AgentsJobStatus()
+    known = {k: v for k, v in raw.items() if k in _STATUS_KEYS}
+    try:
+        return AgentsJobStatus.model_validate(known)
+    except ValueError:
+        return AgentsJobStatus()
+
+
+_STATUS_KEYS = {f.alias or n for n, f in AgentsJobStatus.model_fields.items()} | set(AgentsJobStatus.model_fields)
+
+
+def dump_status(status: AgentsJobStatus) -> dict[str, Any]:
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch of the top-level status keys that differ (None removes a key)."""
+    patch = {k: v for k, v in new.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in new})
+    return patch
+
+
+# --- progress from the chief's /metrics --------------------------------------------------------------------
+
+# Metric names of the trainer (agents_operator/trainer/metrics.py); a test checks that they agree.
+METRIC_GLOBAL_STEP = "agents_trainer_global_step"
+METRIC_ENV_STEPS = "agents_trainer_env_steps"
+METRIC_MEAN_RETURN = "agents_trainer_mean_return"
+METRIC_STEPS_PER_SECOND = "agents_trainer_env_steps_per_second"
+PROGRESS_METRICS = {
+    METRIC_GLOBAL_STEP: "globalStep",
+    METRIC_ENV_STEPS: "envSteps",
+    METRIC_MEAN_RETURN: "meanReturn",
+    METRIC_STEPS_PER_SECOND: "stepsPerSecond",
+}
+INTEGER_FIELDS = {"globalStep", "envSteps"}
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Samples of a Prometheus text exposition, by name (labels ignored, the last sample wins)."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        head = line.split(None, 1)[0]
+        if "{" in head:
+            name, _, rest = line.partition("{")
+            rest = rest.rpartition("}")[2]
+        else:
+            name, _, rest = line.partition(" ")
+        name, fields = name.strip(), rest.split()
+        if not name or not fields:
+            continue
+        try:
+            samples[name] = float(fields[0])
+        except ValueError:
+            continue
+    return samples
+
+
+def progress_from_metrics(text: str, now: datetime) -> dict[str, Any] | None:
+    """status.progress from the chief's metrics, or None when none of the trainer's metrics is there."""
+    samples = parse_metrics(text)
+    progress: dict[str, Any] = {}
+    for metric, field in PROGRESS_METRICS.items():
+        value = samples.get(metric)
+        if value is None or math.isnan(value) or math.isinf(value):
+            continue
+        progress[field] = int(value) if field in INTEGER_FIELDS else round(value, 4)
+    if not progress:
+        return None
+    progress["updatedAt"] = timestamp(now)
+    return progress
+
+
+def metrics_url(job: str, namespace: str, port: int) -> str:
+    """The chief's metrics endpoint through its headless Service."""
+    return f"http://{naming.child_name(job, naming.WORKER, 0)}.{namespace}.svc:{port}/metrics"

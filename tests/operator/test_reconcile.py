@@ -1,0 +1,451 @@
+"""Table tests of reconcile.plan: every lifecycle policy as a function of (spec, observed children, now)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from agents_operator import reconcile, status
+from agents_operator.reconcile import Create, Delete, DeleteJob, MarkCounted, WriteStatus
+
+from .world import NOW, UID, World, expected_children, make_job, make_pod
+
+# --- creation --------------------------------------------------------------------------------------------
+
+
+def kinds_names(actions, kind=Create):
+    return {(a.kind, a.name) for a in actions if isinstance(a, kind)}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "count"),
+    [
+        ({"ps": 1, "workers": 2}, 3 + 3),
+        ({"ps": 0, "workers": 1}, 1 + 1),
+        ({"ps": 2, "workers": 4, "evaluator": True}, 6 + 7),
+        ({"ps": 1, "workers": 1, "tensorboard": True}, 2 + 2 + 2),
+    ],
+)
+def test_new_job_creates_every_child_services_first(kwargs, count):
+    job = make_job(**kwargs)
+    plan = reconcile.plan(job, [], now=NOW)
+    creates = plan.of(Create)
+    assert kinds_names(creates) == expected_children(job)
+    assert len(creates) == count
+    kinds = [c.kind for c in creates]
+    assert kinds.index("Pod") > max(
+        i for i, k in enumerate(kinds) if k == "Service" and "tensorboard" not in creates[i].name
+    )
+    assert plan.status["state"] == "Created"
+    assert plan.status["startTime"] == status.timestamp(NOW)
+    assert plan.status["restarts"] == 0
+    assert [e.reason for e in plan.events] == ["JobCreated"]
+    if kwargs.get("tensorboard"):
+        assert plan.status["tensorboardURL"] == "http://pj-tensorboard.ns.svc"
+
+
+def test_children_carry_the_owner_reference_when_the_job_has_a_uid():
+    for create in reconcile.plan(make_job(), [], now=NOW).of(Create):
+        assert create.obj["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_second_pass_on_the_same_world_does_nothing():
+    world = World(make_job())
+    world.settle()
+    assert world.step().actions == []
+
+
+def test_running_when_every_ps_and_worker_runs():
+    world = World(make_job(evaluator=True))
+    world.settle()
+    for name in (world.pod("ps", 0), world.pod("worker", 0)):
+        world.set_phase(name, "Running")
+    world.step()
+    assert world.status["state"] == "Created"
+    world.set_phase(world.pod("worker", 1), "Running")  # the evaluator may still be pending
+    world.step()
+    assert world.status["state"] == "Running"
+    assert world.status["replicaStatuses"] == {
+        "ps": {"active": 1, "succeeded": 0, "failed": 0},
+        "worker": {"active": 2, "succeeded": 0, "failed": 0},
+        "evaluator": {"active": 1, "succeeded": 0, "failed": 0},
+    }
+    assert [e.reason for e in world.events] == ["JobCreated", "JobRunning"]
+
+
+def test_status_is_written_only_when_it_changes():
+    world = World(make_job())
+    world.started()
+    plan = world.plan()
+    assert plan.of(WriteStatus) == []
+    world.now = world.now.replace(hour=13)  # time alone changes nothing
+    assert world.plan().of(WriteStatus) == []
+
+
+def test_status_patch_names_only_changed_keys():
+    world = World(make_job())
+    world.started()
+    world.set_phase(world.pod("worker", 1), "Failed", exit_code=1)
+    patch = world.plan().status_patch
+    assert set(patch) <= {"conditions", "replicaStatuses", "restarts", "state"}
+    assert "progress" not in patch and "startTime" not in patch
+
+
+# --- restart policies ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "reason", "outcome"),
+    [
+        ("OnFailure", 1, None, "restart"),
+        ("OnFailure", 137, "OOMKilled", "restart"),
+        ("Always", 2, None, "restart"),
+        ("Never", 137, None, "PodFailed"),
+        ("Never", 1, None, "PodFailed"),
+        ("ExitCode", 1, None, "PermanentExitCode"),
+        ("ExitCode", 127, None, "PermanentExitCode"),
+        ("ExitCode", 128, None, "restart"),
+        ("ExitCode", 137, "OOMKilled", "restart"),
+        ("ExitCode", 143, None, "restart"),
+        ("ExitCode", None, "Evicted", "restart"),
+    ],
+)
+def test_failed_worker_per_restart_policy(policy, exit_code, reason, outcome):
+    world = World(make_job(restart=policy))
+    world.started()
+    failed = world.pod("worker", 1)
+    world.set_phase(failed, "Failed", exit_code=exit_code, reason=reason)
+    plan = world.step()
+    if outcome == "restart":
+        assert plan.of(MarkCounted) == [MarkCounted(failed, 1)]
+        assert Delete("Pod", failed, "replacing the failed pod (restart 1)", 0) in plan.of(Delete)
+        assert world.status["state"] == "Restarting"
+        assert world.status["restarts"] == 1
+        assert any(e.reason == "PodFailed" and e.type == "Warning" for e in plan.events)
+        world.settle()
+        assert world.pods[failed]["status"]["phase"] == "Pending"  # replaced
+        world.run_all()
+        world.step()
+        assert world.status["state"] == "Running"
+        assert world.condition("Restarting")["status"] == "False"
+    else:
+        assert world.status["state"] == "Failed"
+        assert world.condition("Failed")["reason"] == outcome
+        assert world.status["restarts"] == 0
+        assert world.status["completionTime"] == status.timestamp(world.now)
+        # cleanPodPolicy Running: the ps and the running worker are deleted, the failed pod stays for its logs
+        assert kinds_names(plan.actions, Delete) >= {("Pod", world.pod("ps", 0)), ("Pod", world.pod("worker", 0))}
+        assert failed in world.pods
+
+
+def test_ps_has_its_own_restart_policy():
+    world = World(make_job(restart="ExitCode", ps_restart="Always"))
+    world.started()
+    world.set_phase(world.pod("ps", 0), "Failed", exit_code=1)
+    world.step()
+    assert world.status["state"] == "Restarting"
+
+
+def test_ps_that_exits_zero_is_done_not_failed():
+    world = World(make_job(restart="Never"))
+    world.started()
+    world.set_phase(world.pod("ps", 0), "Succeeded", exit_code=0)
+    plan = world.step()
+    assert plan.of(Delete) == [] and plan.of(Create) == []
+    assert world.status["state"] == "Running"
+    assert world.status["replicaStatuses"]["ps"] == {"active": 0, "succeeded": 1, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("backoff", "failures", "state", "restarts"),
+    [
+        (0, 1, "Failed", 0),
+        (1, 1, "Restarting", 1),
+        (1, 2, "Failed", 1),
+        (3, 3, "Restarting", 3),
+        (3, 4, "Failed", 3),
+    ],
+)
+def test_backoff_limit_bounds_restarts_across_the_job(backoff, failures, state, restarts):
+    world = World(make_job(backoff=backoff))
+    world.started()
+    for i in range(failures):
+        # failures alternate between the ps and the workers: the limit is for the whole job
+        name = [world.pod("worker", 1), world.pod("ps", 0), world.pod("worker", 0)][i % 3]
+        world.set_phase(name, "Failed", exit_code=137)
+        world.settle()
+        if world.status["state"] == "Failed":
+            break
+        world.run_all()
+        world.settle()
+    assert world.status["restarts"] == restarts
+    if state == "Failed":
+        assert world.status["state"] == "Failed"
+        assert world.condition("Failed")["reason"] == "BackoffLimitExceeded"
+    else:
+        assert world.status["state"] == "Running"  # replaced and running again
+
+
+def test_two_failures_at_once_over_the_limit_fail_the_job():
+    world = World(make_job(backoff=1))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Failed", exit_code=137)
+    world.set_phase(world.pod("worker", 1), "Failed", exit_code=137)
+    plan = world.step()
+    assert world.status["state"] == "Failed"
+    assert plan.of(MarkCounted) == []
+
+
+def test_a_pod_deleted_by_someone_else_is_recreated_and_not_counted():
+    world = World(make_job(), graceful=True)
+    world.started()
+    name = world.pod("worker", 1)
+    world.pods[name]["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
+    world.set_phase(name, "Failed", exit_code=143)  # SIGTERM while being deleted
+    plan = world.step()
+    assert plan.of(Create) == [] and plan.of(MarkCounted) == []  # the name is still taken: wait
+    world.finish_terminating()
+    plan = world.step()
+    assert kinds_names(plan.actions) == {("Pod", name)}
+    assert world.status["restarts"] == 0
+    assert world.status["state"] != "Failed"
+
+
+def test_counting_is_idempotent_when_the_same_plan_runs_twice_from_stale_inputs():
+    world = World(make_job())
+    world.started()
+    failed = world.pod("worker", 1)
+    world.set_phase(failed, "Failed", exit_code=1)
+    stale_job, stale_pods = copy.deepcopy(world.job), copy.deepcopy(world.pods)
+    world.step()
+    assert world.status["restarts"] == 1
+    # The watch has delivered the new status but not yet the pod's deletion, nor the marker on it.
+    again = reconcile.plan(world.job, [stale_pods[failed]], now=world.now)
+    assert again.status["restarts"] == 2  # this is what kube.Cache.overlay prevents:
+    views = status.overlay([status.view_pod(stale_pods[failed])], deleting=[failed], counted={failed: 1})
+    again = reconcile.plan(world.job, views, now=world.now)
+    assert again.status["restarts"] == 1
+    assert again.of(MarkCounted) == []
+    # The status write was lost but the marker landed: the marker wins.
+    assert reconcile.plan(stale_job, [], now=world.now).status["restarts"] == 0
+    marked = copy.deepcopy(stale_pods[failed])
+    marked["metadata"]["annotations"] = {status.ANNOTATION_COUNTED: "1"}
+    again = reconcile.plan(stale_job, [marked], now=world.now)
+    assert again.status["restarts"] == 1
+    assert again.of(MarkCounted) == []
+    assert Delete("Pod", failed, "replacing the failed pod (restart 1)", 0) in again.of(Delete)
+
+
+@pytest.mark.parametrize("upto", [0, 1, 2, 3])
+def test_operator_stopping_anywhere_in_a_restart_counts_it_once(upto):
+    world = World(make_job())
+    world.started()
+    failed = world.pod("worker", 1)
+    world.set_phase(failed, "Failed", exit_code=1)
+    plan = world.plan()
+    assert [type(a) for a in plan.actions] == [MarkCounted, WriteStatus, Delete]
+    world.apply(plan, upto=upto)  # stopped after `upto` actions; a new operator takes over
+    world.settle()
+    world.run_all()
+    world.settle()
+    assert world.status["restarts"] == 1
+    assert world.status["state"] == "Running"
+
+
+# --- success and cleanup ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "succeeded", "done"),
+    [
+        ("ChiefWorker", [0], True),
+        ("ChiefWorker", [1], False),
+        ("ChiefWorker", [1, 2], False),
+        ("AllWorkers", [0], False),
+        ("AllWorkers", [0, 1], False),
+        ("AllWorkers", [0, 1, 2], True),
+    ],
+)
+def test_success_policy(policy, succeeded, done):
+    world = World(make_job(workers=3, success=policy))
+    world.started()
+    for i in succeeded:
+        world.set_phase(world.pod("worker", i), "Succeeded", exit_code=0)
+    world.step()
+    assert (world.status["state"] == "Succeeded") is done
+    if done:
+        assert world.status["completionTime"]
+        assert world.condition("Running")["status"] == "False"
+
+
+@pytest.mark.parametrize(
+    ("policy", "deleted"),
+    [
+        ("Running", {"ps-0", "worker-1", "evaluator-0"}),
+        ("All", {"ps-0", "worker-0", "worker-1", "worker-2", "evaluator-0"}),
+        ("None", set()),
+    ],
+)
+def test_clean_pod_policy_after_success(policy, deleted):
+    world = World(make_job(workers=3, evaluator=True, clean=policy))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    world.set_phase(world.pod("worker", 2), "Failed", exit_code=1)  # finished: stays under Running
+    world.set_phase(world.pod("worker", 2), "Succeeded", exit_code=0)
+    world.settle()
+    assert world.status["state"] == "Succeeded"
+    gone = {n.removeprefix("pj-") for n in ("pj-ps-0", "pj-worker-0", "pj-worker-1", "pj-worker-2", "pj-evaluator-0")}
+    assert gone - {n.removeprefix("pj-") for n in world.pods} == deleted
+    assert (world.services == {}) is (policy != "None")
+    # the final replica statuses survive cleanup
+    assert world.status["replicaStatuses"]["worker"]["succeeded"] == 2
+    assert world.status["replicaStatuses"]["ps"]["active"] == 0 or policy == "None"
+
+
+def test_finished_job_is_never_reopened():
+    world = World(make_job(clean="None"))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    world.settle()
+    world.set_phase(world.pod("worker", 1), "Failed", exit_code=1)
+    del world.pods[world.pod("ps", 0)]
+    plan = world.step()
+    assert plan.of(Create) == [] and plan.of(MarkCounted) == []
+    assert world.status["state"] == "Succeeded"
+
+
+def test_tensorboard_stays_after_the_job_finishes():
+    world = World(make_job(tensorboard=True, clean="All"))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    world.settle()
+    assert set(world.services) == {"pj-tensorboard"}
+    assert set(world.deployments) == {"pj-tensorboard"}
+
+
+# --- deadline and TTL ------------------------------------------------------------------------------------
+
+
+def test_active_deadline_fails_and_stops_running_pods_even_under_clean_policy_none():
+    world = World(make_job(deadline=600, clean="None"))
+    plan = world.step()
+    assert plan.requeue_after == 600
+    world.run_all()
+    plan = world.step(minutes=5)
+    assert plan.requeue_after == pytest.approx(300)
+    assert world.status["state"] == "Running"
+    plan = world.step(minutes=5)
+    assert world.status["state"] == "Failed"
+    assert world.condition("Failed")["reason"] == "DeadlineExceeded"
+    assert kinds_names(plan.actions, Delete) == {("Pod", n) for n in ("pj-ps-0", "pj-worker-0", "pj-worker-1")}
+
+
+@pytest.mark.parametrize(("ttl", "minutes", "deleted"), [(0, 0, True), (600, 5, False), (600, 10, True)])
+def test_ttl_after_finished_deletes_the_job(ttl, minutes, deleted):
+    world = World(make_job(ttl=ttl))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    plan = world.step()
+    if ttl:
+        assert plan.requeue_after == ttl
+        plan = world.step(minutes=minutes)
+    assert (world.job is None) is deleted
+    if not deleted:
+        assert plan.requeue_after == pytest.approx(ttl - minutes * 60)
+
+
+# --- suspend ---------------------------------------------------------------------------------------------
+
+
+def test_suspend_deletes_pods_keeps_status_and_resume_recreates_them():
+    world = World(make_job(deadline=3600))
+    world.started()
+    world.set_phase(world.pod("worker", 1), "Failed", exit_code=137)
+    world.settle()
+    world.run_all()
+    world.settle()
+    assert world.status["restarts"] == 1
+    world.job["spec"]["runPolicy"]["suspend"] = True
+    plan = world.step(minutes=50)
+    assert kinds_names(plan.actions, Delete) == {("Pod", n) for n in ("pj-ps-0", "pj-worker-0", "pj-worker-1")}
+    assert world.status["state"] == "Suspended"
+    assert world.status["restarts"] == 1
+    assert world.pods == {} and len(world.services) == 3  # Services are kept
+    world.step(minutes=60)  # no deadline while suspended
+    assert world.status["state"] == "Suspended"
+    world.job["spec"]["runPolicy"]["suspend"] = False
+    plan = world.step()
+    assert kinds_names(plan.actions) == {("Pod", n) for n in ("pj-ps-0", "pj-worker-0", "pj-worker-1")}
+    assert world.condition("Suspended")["status"] == "False"
+    assert world.status["startTime"] == status.timestamp(world.now)  # the deadline restarts
+    assert world.status["restarts"] == 1
+    assert [e.reason for e in world.events][-2:] == ["JobSuspended", "JobResumed"]
+
+
+def test_suspended_pods_killed_by_the_suspension_are_not_failures():
+    world = World(make_job(restart="Never"), graceful=True)
+    world.started()
+    world.job["spec"]["runPolicy"]["suspend"] = True
+    world.step()
+    for name in list(world.pods):
+        world.set_phase(name, "Failed", exit_code=143)
+    world.step()
+    assert world.status["state"] == "Suspended"
+
+
+# --- bad input and strays --------------------------------------------------------------------------------
+
+
+def test_unknown_preset_fails_with_invalid_spec_once():
+    world = World(make_job(preset="no_such_preset"))
+    plan = world.step()
+    assert plan.of(Create) == []
+    assert world.status["state"] == "Failed"
+    assert world.condition("Failed")["reason"] == "InvalidSpec"
+    assert "no_such_preset" in world.condition("Failed")["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidSpec")]
+    assert world.step().actions == []
+
+
+def test_garbage_status_is_not_fatal():
+    job = make_job(job_status={"conditions": "nonsense", "restarts": -4, "kopf": {"x": 1}})
+    plan = reconcile.plan(job, [], now=NOW)
+    assert plan.status["state"] == "Created"
+
+
+def test_pods_of_an_earlier_job_with_the_same_name_are_deleted_before_recreating():
+    old = make_pod("pj", "worker", 0, owner="11111111-0000-4000-8000-000000000000")
+    plan = reconcile.plan(make_job(), [old], now=NOW)
+    assert Delete("Pod", "pj-worker-0", "owned by an earlier job of the same name") in plan.of(Delete)
+    assert ("Pod", "pj-worker-0") not in kinds_names(plan.actions)
+
+
+def test_stray_pods_are_deleted_and_foreign_pods_ignored():
+    stray = make_pod("pj", "worker", 7)
+    other_job = make_pod("other", "worker", 0)
+    no_labels = {"metadata": {"name": "pj-worker-1", "labels": {}}, "status": {"phase": "Running"}}
+    plan = reconcile.plan(make_job(), [stray, other_job, no_labels], now=NOW)
+    assert Delete("Pod", "pj-worker-7", "not a replica of the spec") in plan.of(Delete)
+    assert {a.name for a in plan.of(Delete)} == {"pj-worker-7"}
+    assert ("Pod", "pj-worker-1") in kinds_names(plan.actions)
+
+
+def test_pods_without_owner_references_are_ours_when_labels_and_name_match():
+    """kmock gives no uids: children without ownerReferences are still recognised."""
+    pods = [make_pod("pj", t, i, owner=None) for t, i in [("ps", 0), ("worker", 0), ("worker", 1)]]
+    plan = reconcile.plan(make_job(uid=None), pods, now=NOW)
+    assert kinds_names(plan.actions) == {("Service", n) for n in ("pj-ps-0", "pj-worker-0", "pj-worker-1")}
+    assert plan.status["state"] == "Running"
+
+
+def test_observed_generation_follows_metadata():
+    job = make_job()
+    job["metadata"]["generation"] = 7
+    assert reconcile.plan(job, [], now=NOW).status["observedGeneration"] == 7
+
+
+def test_requeue_and_delete_job():
+    job = make_job(ttl=0, job_status={"conditions": [{"type": "Succeeded", "status": "True"}]})
+    plan = reconcile.plan(job, [], now=NOW)
+    assert plan.of(DeleteJob)

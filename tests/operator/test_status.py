@@ -1,0 +1,118 @@
+"""Pod views, conditions and the chief's metrics, as pure functions."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from agents_operator import status
+from agents_operator.api import AgentsJobStatus
+
+from .world import NOW, make_pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "state", "exit_code"),
+    [
+        (make_pod("j", "worker", 0, "Pending"), status.ACTIVE, None),
+        (make_pod("j", "worker", 0, "Unknown"), status.ACTIVE, None),
+        (make_pod("j", "worker", 0, "Succeeded", exit_code=0), status.SUCCEEDED, None),
+        (make_pod("j", "worker", 0, "Failed", exit_code=3), status.FAILED, 3),
+        (make_pod("j", "worker", 0, "Failed", reason="Evicted"), status.FAILED, None),
+        (make_pod("j", "worker", 0, "Failed", exit_code=137, deleting=True), status.TERMINATING, 137),
+    ],
+)
+def test_view_pod_state(pod, state, exit_code):
+    view = status.view_pod(pod)
+    assert view.state == state
+    assert view.exit_code == exit_code
+
+
+def test_view_pod_prefers_the_trainer_container_and_failed_sidecars():
+    pod = make_pod("j", "ps", 0, "Failed")
+    pod["status"]["containerStatuses"] = [
+        {"name": "sidecar", "state": {"terminated": {"exitCode": 2}}},
+        {"name": "agents", "state": {"terminated": {"exitCode": 139, "reason": "Error"}}},
+    ]
+    assert status.view_pod(pod).exit_code == 139
+    pod["status"]["containerStatuses"][1]["state"]["terminated"]["exitCode"] = 0
+    assert status.view_pod(pod).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{}, {"agents.dev/job-name": "j"}, {"agents.dev/job-name": "j", "agents.dev/replica-type": "chief"}],
+)
+def test_view_pod_ignores_pods_that_are_not_replicas(labels):
+    assert status.view_pod({"metadata": {"name": "j-worker-0", "labels": labels}}) is None
+
+
+def test_view_pod_filters_by_job():
+    assert status.view_pod(make_pod("j", "worker", 0), job="other") is None
+
+
+def test_overlay_applies_our_own_recent_writes():
+    failed = status.view_pod(make_pod("j", "worker", 1, "Failed", exit_code=1))
+    running = status.view_pod(make_pod("j", "worker", 0))
+    out = status.overlay([failed, running], deleting={"j-worker-0"}, counted={"j-worker-1": 4})
+    assert out[0].counted == 4 and out[1].terminating
+
+
+def test_conditions_keep_their_transition_time_until_they_flip():
+    st = AgentsJobStatus()
+    assert not status.set_condition(st, "Running", False, "x", "y", NOW)  # False never appears first
+    assert st.conditions == []
+    assert status.set_condition(st, "Running", True, "JobRunning", "up", NOW)
+    later = NOW.replace(hour=13)
+    assert not status.set_condition(st, "Running", True, "JobRunning", "still up", later)
+    assert st.conditions[0].last_transition_time == "2030-01-01T12:00:00Z"
+    assert status.set_condition(st, "Created", True, "JobCreated", "", later)
+    assert [c.type for c in st.conditions] == ["Created", "Running"]
+    assert status.set_condition(st, "Failed", True, "X", "", later)
+    assert status.state_of(st) == "Failed"
+
+
+def test_status_patch_sets_and_removes_keys():
+    assert status.status_patch({"a": 1, "b": 2}, {"a": 1, "c": 3}) == {"c": 3, "b": None}
+
+
+METRICS = """\
+# HELP agents_trainer_global_step Optimizer steps applied to the shared parameters.
+# TYPE agents_trainer_global_step gauge
+agents_trainer_global_step 1234.0
+agents_trainer_env_steps{worker="0"} 5.0e+06
+agents_trainer_mean_return -153.25
+agents_trainer_env_steps_per_second NaN
+python_gc_objects_collected_total{generation="0"} 1.0
+"""
+
+
+def test_progress_from_metrics():
+    assert status.progress_from_metrics(METRICS, NOW) == {
+        "globalStep": 1234,
+        "envSteps": 5_000_000,
+        "meanReturn": -153.25,
+        "updatedAt": "2030-01-01T12:00:00Z",
+    }
+    assert status.progress_from_metrics("garbage here\n{}", NOW) is None
+
+
+def test_metric_names_match_the_trainer():
+    """The operator reads what the trainer serves: the names are defined twice, and must agree."""
+    if importlib.util.find_spec("agents_operator.trainer.metrics") is None:
+        pytest.skip("the trainer's metrics module is not there yet")
+    from prometheus_client import generate_latest
+
+    from agents_operator.trainer.metrics import Metrics
+
+    metrics = Metrics(port=0)
+    try:
+        served = status.parse_metrics(generate_latest(metrics.registry).decode())
+    finally:
+        metrics.close()
+    assert set(status.PROGRESS_METRICS) <= set(served)
+
+
+def test_metrics_url():
+    assert status.metrics_url("j", "ns", 9090) == "http://j-worker-0.ns.svc:9090/metrics"
