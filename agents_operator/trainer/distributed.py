@@ -1,0 +1,189 @@
+"""A trainer's place in a TensorFlow parameter-server cluster (between-graph replication, graph mode).
+
+The cluster comes from TF_CONFIG (`agents_operator.tfconfig`), exactly as `render` writes it. Parameter
+servers only serve variables; each worker builds the learner graph with a `replica_device_setter`, so the
+weights, optimizer slots, counters and normaliser statistics live on the ps tasks (sharded round-robin when
+there are several) while the ops run on the worker.
+
+Three protocols sit on top of plain `tf.distribute.Server`s:
+
+- **Start-up in any order.** Before connecting, a replica waits for each peer's name to resolve and its
+  port to accept connections, with backoff, and says so in its log.
+- **Initialisation.** The chief initialises the shared variables only when some are uninitialised (a fresh
+  or restarted ps): from its latest checkpoint when there is one, else from scratch. Other workers wait
+  until every variable is initialised. A chief that restarts therefore keeps the live state, and a ps
+  that restarts is restored from the chief's checkpoint.
+- **Completion.** Each ps owns a FIFO queue; a worker that finishes puts one token into every ps's queue,
+  and a ps exits 0 once it holds a token from every worker, so parameter servers do not linger.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from agents_operator import naming
+from agents_operator.tfconfig import TFConfig
+
+log = logging.getLogger(__name__)
+
+DONE_QUEUE = "agents_done_queue_{}"
+WAIT_INITIAL_SECONDS = 0.5
+WAIT_MAX_SECONDS = 10.0
+READY_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """This process's role in the cluster and the TensorFlow objects derived from it."""
+
+    tf_config: TFConfig
+
+    @property
+    def spec(self) -> tf.train.ClusterSpec:
+        return tf.train.ClusterSpec(self.tf_config.cluster)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.tf_config.is_chief
+
+    @property
+    def num_workers(self) -> int:
+        return self.tf_config.num_workers
+
+    @property
+    def device(self) -> str:
+        return f"/job:{self.tf_config.task_type}/task:{self.tf_config.task_index}"
+
+    def device_setter(self):
+        """Variables on the ps tasks (round-robin), ops on this worker."""
+        return tf.compat.v1.train.replica_device_setter(
+            cluster=self.spec, worker_device=self.device, ps_device="/job:ps"
+        )
+
+    def session_config(self, threads: int) -> tf.compat.v1.ConfigProto:
+        # Without device filters a worker also waits for every other worker to be up.
+        filters = ["/job:ps", self.device]
+        return tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=threads,
+            inter_op_parallelism_threads=threads,
+            device_filters=filters,
+            allow_soft_placement=False,
+        )
+
+    def peers(self) -> list[tuple[str, str]]:
+        """(name, address) of the replicas this one must reach: the ps tasks."""
+        return [(f"ps-{i}", address) for i, address in enumerate(self.tf_config.cluster.get(naming.PS, []))]
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def wait_for(name: str, address: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Block until `address` resolves and accepts TCP connections, retrying with exponential backoff."""
+    host, port = _split(address)
+    delay, reported = WAIT_INITIAL_SECONDS, ""
+    while True:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as error:
+            reason = f"its name {host} does not resolve yet ({error.strerror})"
+        else:
+            reason = ""
+            for family, kind, proto, _, sockaddr in infos:
+                with socket.socket(family, kind, proto) as sock:
+                    sock.settimeout(2.0)
+                    if sock.connect_ex(sockaddr) == 0:
+                        if reported:
+                            log.info("%s is up at %s", name, address)
+                        return
+            reason = f"nothing listens on {address} yet"
+        if reason != reported:
+            log.info("waiting for %s: %s; retrying with backoff", name, reason)
+            reported = reason
+        sleep(delay)
+        delay = min(delay * 2, WAIT_MAX_SECONDS)
+
+
+def start_server(tf_config: TFConfig, threads: int) -> tf.distribute.Server:
+    """This task's gRPC server, listening on the port of its own address."""
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(tf_config.cluster),
+        job_name=tf_config.task_type,
+        task_index=tf_config.task_index,
+        config=config,
+        start=True,
+    )
+    log.info("%s %d serving at %s", tf_config.task_type, tf_config.task_index, tf_config.address)
+    return server
+
+
+def _done_queue(ps_index: int, num_workers: int) -> tf.compat.v1.FIFOQueue:
+    with tf.compat.v1.device(f"/job:ps/task:{ps_index}"):
+        return tf.compat.v1.FIFOQueue(
+            num_workers, tf.int32, shapes=[[]], shared_name=DONE_QUEUE.format(ps_index), name=f"done_{ps_index}"
+        )
+
+
+def done_ops(cluster: Cluster) -> list[tf.Operation]:
+    """Ops (built in a worker's graph) that put this worker's token into every ps's done queue."""
+    return [
+        _done_queue(i, cluster.num_workers).enqueue(cluster.tf_config.task_index)
+        for i in range(cluster.tf_config.num_ps)
+    ]
+
+
+def run_ps(tf_config: TFConfig, threads: int = 1) -> int:
+    """Serve variables until every worker has reported done, then return 0."""
+    server = start_server(tf_config, threads)
+    index, workers = tf_config.task_index, tf_config.num_workers
+    graph = tf.Graph()
+    with graph.as_default():
+        dequeue = _done_queue(index, workers).dequeue()
+    config = tf.compat.v1.ConfigProto(device_filters=[f"/job:ps/task:{index}"])
+    with tf.compat.v1.Session(server.target, graph=graph, config=config) as session:
+        finished: set[int] = set()
+        while len(finished) < workers:
+            worker = int(session.run(dequeue))
+            finished.add(worker)
+            log.info("worker %d finished (%d of %d)", worker, len(finished), workers)
+    log.info("every worker finished: ps %d exits", index)
+    return 0
+
+
+def prepare_session(
+    session: tf.compat.v1.Session,
+    uninitialized: tf.Tensor,
+    initialize: Callable[[], None],
+    is_chief: bool,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Make the shared variables usable; returns True when this call initialised (or restored) them.
+
+    The chief calls `initialize` (restore the latest checkpoint, else run the initialisers) only when some
+    variable is uninitialised; other workers wait until none is.
+    """
+    missing = session.run(uninitialized)
+    if is_chief:
+        if len(missing):
+            log.info("%d shared variables are uninitialised: initialising them", len(missing))
+            initialize()
+            return True
+        log.info("shared variables are live on the ps: keeping them")
+        return False
+    reported = False
+    while len(missing):
+        if not reported:
+            log.info("waiting for the chief to initialise %d shared variables", len(missing))
+            reported = True
+        sleep(READY_POLL_SECONDS)
+        missing = session.run(uninitialized)
+    return False

@@ -1,0 +1,42 @@
+"""A replica of a tiny between-graph job (one variable vector), for testing the cluster protocols."""
+
+import logging
+import os
+import sys
+
+import tensorflow as tf
+
+from agents_operator import tfconfig
+from agents_operator.trainer import distributed
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cfg = tfconfig.from_env(os.environ)
+    if cfg.task_type == "ps":
+        return distributed.run_ps(cfg)
+    cluster = distributed.Cluster(cfg)
+    for name, address in cluster.peers():
+        distributed.wait_for(name, address)
+    server = distributed.start_server(cfg, 1)
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device(cluster.device_setter()):
+            weights = tf.compat.v1.get_variable("w", [4], initializer=tf.compat.v1.zeros_initializer())
+            step = tf.compat.v1.train.get_or_create_global_step()
+            loss = tf.reduce_sum((weights - 1.0) ** 2)
+            train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+            init = tf.compat.v1.global_variables_initializer()
+            uninitialized = tf.compat.v1.report_uninitialized_variables()
+        done = distributed.done_ops(cluster)
+    with tf.compat.v1.Session(server.target, graph=graph, config=cluster.session_config(1)) as session:
+        distributed.prepare_session(session, uninitialized, lambda: session.run(init), cluster.is_chief)
+        while session.run(step) < int(os.environ.get("STEPS", "50")):
+            session.run(train)
+        print(f"worker {cfg.task_index} sees w = {session.run(weights).round(3).tolist()}", flush=True)
+        session.run(done)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
