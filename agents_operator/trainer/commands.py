@@ -1,0 +1,224 @@
+"""The trainer's sub-commands of `agents-operator`: train, visualize, plot.
+
+`register(subparsers)` adds them to the main CLI. Heavy imports (TensorFlow, gymnasium, matplotlib)
+happen inside the commands, so `agents-operator --help` stays fast. Mistakes a user can make (an unknown
+preset or setting, a bad value, a missing run directory) print one line to stderr and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from agents_operator import presets
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer import checkpoints, rundir
+
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the run directory, reported as one line."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    train = subparsers.add_parser(
+        "train",
+        help="train a policy with PPO in this process",
+        description="Train with batched PPO until total_steps; checkpoints, summaries and config.yaml go to "
+        "--logdir. With --resume, continue the run in --logdir from its latest checkpoint (or start it).",
+    )
+    train.add_argument("--config", metavar="PRESET", help=f"preset: {', '.join(presets.names())}")
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting; VALUE is YAML (--set policy_layers=[128,128]); repeatable",
+    )
+    train.add_argument("--logdir", required=True, type=Path, help="run directory")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --logdir with its saved config.yaml (--config is then optional)",
+    )
+    train.set_defaults(func=_reporting("train", run_train))
+
+    visualize = subparsers.add_parser(
+        "visualize",
+        help="render a run's latest policy to a GIF or MP4",
+        description="Render episodes of the latest checkpoint's deterministic policy, headless.",
+    )
+    visualize.add_argument("--logdir", required=True, type=Path, help="run directory")
+    visualize.add_argument("--out", required=True, type=Path, help="output file, .gif or .mp4")
+    visualize.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
+    visualize.set_defaults(func=_reporting("visualize", run_visualize))
+
+    plot = subparsers.add_parser(
+        "plot",
+        help="plot learning curves of one or more runs",
+        description="Plot a summary (default: training return) against environment steps, one line per run.",
+    )
+    plot.add_argument("--logdir", required=True, nargs="+", type=Path, help="run directories")
+    plot.add_argument("--out", required=True, type=Path, help="output image (.png, .svg, .pdf)")
+    plot.add_argument("--tag", default="train/mean_return", help="summary tag (default train/mean_return)")
+    plot.set_defaults(func=_reporting("plot", run_plot))
+
+
+def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`command` with a UsageError turned into one line on stderr and exit code 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except UsageError as error:
+            print(f"agents-operator {name}: error: {error}", file=sys.stderr)
+            return USAGE_ERROR
+        except KeyboardInterrupt:
+            print(f"agents-operator {name}: interrupted", file=sys.stderr)
+            return INTERRUPTED
+
+    return run
+
+
+def run_train(args: argparse.Namespace) -> int:
+    config = resolve_train_config(args.config, args.overrides, args.logdir, args.resume)
+    _quiet_tensorflow()
+    from agents_operator.trainer import loop
+
+    result = loop.train(config, args.logdir)
+    logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
+    return 0
+
+
+def run_visualize(args: argparse.Namespace) -> int:
+    config = _saved_config(args.logdir)
+    if args.out.suffix not in (".gif", ".mp4"):
+        raise UsageError(f"--out {args.out}: the file name must end in .gif or .mp4")
+    if args.episodes < 1:
+        raise UsageError("--episodes must be at least 1")
+    if not checkpoints.list_checkpoints(args.logdir):
+        raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
+    if args.out.suffix == ".mp4" and not _importable("imageio_ffmpeg"):
+        raise UsageError("writing .mp4 needs the imageio-ffmpeg package; write a .gif instead")
+    _quiet_tensorflow()
+    from agents_operator.trainer import visualize
+
+    returns, checkpoint = visualize.render(config, args.logdir, args.out, args.episodes)
+    shown = ", ".join(f"{r:.1f}" for r in returns)
+    print(f"wrote {args.out}: {len(returns)} episode(s) of {checkpoint.name}, returns {shown}")
+    return 0
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    for logdir in args.logdir:
+        if not any(Path(logdir).glob("events.out.tfevents.*")):
+            raise UsageError(f"no summaries in {logdir}")
+    _quiet_tensorflow()
+    from agents_operator.trainer import plot
+
+    try:
+        counts = plot.plot(args.logdir, args.out, args.tag)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    print(f"wrote {args.out}: " + ", ".join(f"{run} ({n} points)" for run, n in counts.items()))
+    return 0
+
+
+def resolve_train_config(preset: str | None, overrides: list[str], logdir: Path, resume: bool) -> TrainerConfig:
+    """The config a `train` invocation runs with; see `rundir` for the rules on resume."""
+    settings = parse_overrides(overrides)
+    saved = _load_saved(logdir)
+    if saved is not None and not resume:
+        raise UsageError(f"{logdir} already holds a run: pass --resume to continue it, or pick a new --logdir")
+    if preset is None and saved is None:
+        raise UsageError("--config PRESET is required to start a run")
+    try:
+        if preset is not None:
+            config = presets.resolve(preset, settings)
+        else:
+            config = TrainerConfig.model_validate({**saved.model_dump(), **settings})
+    except KeyError as error:
+        raise UsageError(error.args[0]) from None
+    except ValidationError as error:
+        raise UsageError(describe(error)) from None
+    if saved is not None:
+        try:
+            rundir.check_resume(saved, config)
+        except rundir.ConfigConflict as error:
+            raise UsageError(str(error)) from None
+    return config
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` arguments as {field name: YAML-parsed value}; keys may be camelCase aliases."""
+    aliases = {info.alias: name for name, info in TrainerConfig.model_fields.items()}
+    known = sorted(TrainerConfig.model_fields)
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, equals, text = item.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+        name = aliases.get(key, key)
+        if name not in TrainerConfig.model_fields:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"--set {key}: unknown setting{hint}; settings: {', '.join(known)}")
+        try:
+            settings[name] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise UsageError(f"--set {key}: {text!r} is not a YAML value") from None
+    return settings
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic error as one line: 'learning_rate: Input should be greater than 0 (got -1)'."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown setting"
+        elif where:
+            message += f" (got {e['input']!r})"
+        parts.append(f"{where}: {message}" if where else message)
+    return "invalid config: " + "; ".join(parts)
+
+
+def _saved_config(logdir: Path) -> TrainerConfig:
+    config = _load_saved(logdir)
+    if config is None:
+        raise UsageError(f"no run in {logdir} (no {rundir.CONFIG_FILE})")
+    return config
+
+
+def _load_saved(logdir: Path) -> TrainerConfig | None:
+    try:
+        return rundir.load_config(logdir)
+    except (ValidationError, yaml.YAMLError) as error:
+        raise UsageError(f"{Path(logdir) / rundir.CONFIG_FILE} is not a valid config: {error}") from None
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _quiet_tensorflow() -> None:
+    """Log lines for people: no TensorFlow start-up chatter or deprecation notices, INFO from the trainer."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)

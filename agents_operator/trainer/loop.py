@@ -1,0 +1,242 @@
+"""One worker's training loop: sample a rollout with the numpy actor, update, write the outputs.
+
+Per iteration: `rollout_steps` steps of all `envs_per_worker` environments; GAE over them; `epochs` x
+`minibatches` Adam steps; one `finish_iteration` session run that counts the steps, pushes the normaliser
+sums and reads the new weights back for acting. Then summaries, metrics, progress, and every
+`eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
+shared env-step counter reaches `total_steps`; a final checkpoint (and evaluation) closes the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer import checkpoints, rundir
+from agents_operator.trainer.learner import Batch, Learner, LearnerState, vector_size
+from agents_operator.trainer.metrics import Metrics
+from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo import returns
+from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.progress import Progress
+from agents_operator.trainer.summaries import SummaryWriter
+from agents_operator.trainer.wrappers import TrainingEnv, run_episodes
+
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training environments
+
+
+@dataclass
+class RunResult:
+    """What a finished `train` call reports (the benchmarks read it)."""
+
+    env_steps: int
+    iterations: int
+    evaluations: list[tuple[int, float]] = field(default_factory=list)  # (env steps, eval mean return)
+    train_returns: list[tuple[int, float]] = field(default_factory=list)  # (env steps, train mean return)
+    sampling_steps: int = 0
+    sampling_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+
+class Sampler:
+    """Steps the environments with a `NumpyPolicy` and turns the rollout into a PPO `Batch`."""
+
+    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
+        self.env = env
+        self.config = config
+        self.rng = rng
+        self.observations = env.reset()
+
+    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
+        """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
+        steps, n = self.config.rollout_steps, self.env.env.num_envs
+        obs_dim = self.observations.shape[1]
+        act_dim = policy.log_std.shape[0]
+        observations = np.empty((steps, n, obs_dim), np.float32)
+        actions = np.empty((steps, n, act_dim), np.float32)
+        means = np.empty((steps, n, act_dim), np.float32)
+        log_probs, values, rewards = (np.empty((steps, n), np.float32) for _ in range(3))
+        final_values = np.zeros((steps, n), np.float32)
+        terminated, truncated = (np.empty((steps, n), bool) for _ in range(2))
+        episode_returns: list[float] = []
+        episode_lengths: list[int] = []
+        for t in range(steps):
+            observations[t] = self.observations
+            actions[t], log_probs[t], means[t] = policy.sample(self.observations, self.rng)
+            values[t] = policy.value_of(self.observations)
+            step = self.env.step(actions[t])
+            rewards[t], terminated[t], truncated[t] = step.rewards, step.terminated, step.truncated
+            if step.truncated.any():
+                # A time limit is not a terminal state: bootstrap from the value of the last observation.
+                final_values[t, step.truncated] = policy.value_of(step.final_observations[step.truncated])
+            episode_returns += step.episode_returns
+            episode_lengths += step.episode_lengths
+            self.observations = step.observations
+        next_values = returns.next_values(
+            values, policy.value_of(self.observations), final_values, terminated | truncated
+        )
+        advantages, value_targets = returns.gae(
+            rewards, values, next_values, terminated, truncated, self.config.discount, self.config.gae_lambda
+        )
+        batch = Batch(
+            observations=observations.reshape(steps * n, obs_dim),
+            actions=actions.reshape(steps * n, act_dim),
+            log_probs=log_probs.reshape(-1),
+            means=means.reshape(steps * n, act_dim),
+            log_std=policy.log_std.astype(np.float32),
+            values=values.reshape(-1),
+            advantages=advantages.reshape(-1),
+            returns=value_targets.reshape(-1),
+        )
+        return batch, episode_returns, episode_lengths
+
+
+def train(config: TrainerConfig, logdir: Path, stream: TextIO | None = None) -> RunResult:
+    """Train (or continue training) in `logdir` until `total_steps`; see the module docstring."""
+    from agents_operator.trainer.envs import BatchEnv
+
+    started = time.monotonic()
+    logdir = Path(logdir)
+    rundir.write_config(logdir, config)
+    with contextlib.ExitStack() as stack:
+        batch_env = stack.enter_context(
+            BatchEnv(
+                config.env_id,
+                config.envs_per_worker,
+                envs_per_process=config.envs_per_process,
+                seed=config.seed,
+                max_episode_steps=config.max_episode_steps,
+            )
+        )
+        learner = Learner(config, vector_size(batch_env.observation_shape), vector_size(batch_env.action_shape))
+        stack.callback(learner.close)
+        outputs = _Outputs(config, logdir, stream)
+        stack.callback(outputs.close)
+
+        env = TrainingEnv(batch_env, config)
+        restored = checkpoints.restore_latest(learner, logdir)
+        state = restored[0] if restored else learner.initialize()
+        if restored:
+            outputs.progress.note(f"resumed from {restored[1]} at {state.env_steps} env steps")
+        _share_statistics(env, state)
+        rng = np.random.default_rng([config.seed, state.iterations])
+        sampler = Sampler(env, config, rng)
+        result = outputs.result
+        while state.env_steps < config.total_steps:
+            begin = time.monotonic()
+            batch, episode_returns, episode_lengths = sampler.collect(state.policy)
+            sampled = time.monotonic()
+            losses = learner.update(batch, rng)
+            state, finish = learner.finish_iteration(
+                batch, len(batch), env.observations.take_pending(), env.rewards.statistics.take_pending()
+            )
+            _share_statistics(env, state)
+            result.sampling_steps += len(batch)
+            result.sampling_seconds += sampled - begin
+            done = state.env_steps >= config.total_steps
+            if config.eval_every and (state.iterations % config.eval_every == 0 or done):
+                outputs.evaluate(state, env.observations)
+            if state.iterations % config.checkpoint_every == 0 or done:
+                outputs.progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
+            outputs.iteration(
+                state,
+                {**losses, **finish},
+                episode_returns,
+                episode_lengths,
+                steps=len(batch),
+                sampling_seconds=sampled - begin,
+                seconds=time.monotonic() - begin,
+            )
+        result.env_steps, result.iterations = state.env_steps, state.iterations
+        result.wall_seconds = time.monotonic() - started
+        return result
+
+
+def _share_statistics(env: TrainingEnv, state: LearnerState) -> None:
+    """Normalise with the statistics just read from the learner: the sums of every worker."""
+    env.observations.shared = state.observation_moments
+    env.rewards.statistics.shared = state.return_moments
+
+
+class _Outputs:
+    """Where an iteration is reported: summaries, Prometheus metrics, progress, the `RunResult`; and evaluation."""
+
+    def __init__(self, config: TrainerConfig, logdir: Path, stream: TextIO | None):
+        self.config = config
+        self.writer = SummaryWriter(logdir)
+        self.metrics = Metrics(config.metrics_port)
+        self.progress = Progress(config.total_steps, stream)
+        self.result = RunResult(0, 0)
+        self._eval_env = None
+
+    def iteration(
+        self,
+        state: LearnerState,
+        losses: dict[str, float],
+        episode_returns: list[float],
+        episode_lengths: list[int],
+        steps: int,
+        sampling_seconds: float,
+        seconds: float,
+    ) -> None:
+        values = {
+            "loss/policy": losses["policy_loss"],
+            "loss/value": losses["value_loss"],
+            "policy/entropy": losses["entropy"],
+            "policy/kl": losses["kl"],
+            "policy/approx_kl": losses["approx_kl"],
+            "policy/clipfrac": losses["clipfrac"],
+            "policy/kl_beta": state.kl_beta,
+            "policy/std": float(np.exp(state.policy.log_std).mean()),
+            "optimizer/learning_rate": losses["learning_rate"],
+            "optimizer/grad_norm": losses["grad_norm"],
+            "perf/env_steps_per_second": steps / seconds,
+            "perf/sampling_steps_per_second": steps / sampling_seconds,
+        }
+        mean_return = None
+        if episode_returns:
+            mean_return = float(np.mean(episode_returns))
+            values["train/mean_return"] = mean_return
+            values["train/mean_length"] = float(np.mean(episode_lengths))
+            self.result.train_returns.append((state.env_steps, mean_return))
+            self.metrics.mean_return.set(mean_return)
+        self.writer.scalars(state.env_steps, values)
+        self.writer.flush()
+        self.metrics.global_step.set(state.global_step)
+        self.metrics.env_steps.set(state.env_steps)
+        self.metrics.iterations.set(state.iterations)
+        self.metrics.steps_per_second.set(steps / seconds)
+        self.progress.update(state.env_steps, mean_return, steps / seconds)
+
+    def evaluate(self, state: LearnerState, observations: Normalizer) -> None:
+        from agents_operator.trainer.envs import make_env
+
+        if self._eval_env is None:
+            self._eval_env = make_env(self.config.env_id, self.config.max_episode_steps)
+        returns, lengths = run_episodes(
+            self._eval_env,
+            state.policy,
+            observations,
+            self.config.eval_episodes,
+            self.config.seed + EVAL_SEED_OFFSET,
+        )
+        mean_return = float(np.mean(returns))
+        self.writer.scalars(
+            state.env_steps, {"eval/mean_return": mean_return, "eval/mean_length": float(np.mean(lengths))}
+        )
+        self.metrics.eval_return.set(mean_return)
+        self.result.evaluations.append((state.env_steps, mean_return))
+        self.progress.note(f"eval at {state.env_steps} steps: return {mean_return:.1f} +- {np.std(returns):.1f}")
+
+    def close(self) -> None:
+        self.progress.close()
+        self.metrics.close()
+        self.writer.close()
+        if self._eval_env is not None:
+            self._eval_env.close()

@@ -1,0 +1,41 @@
+"""Prometheus metrics of a training process, served at http://<host>:<metrics_port>/metrics.
+
+The operator reads them to report progress in the AgentsJob status. A port that cannot be bound is
+logged and training goes on without the endpoint: metrics must never stop a run.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """The trainer's gauges in their own registry, optionally served over HTTP."""
+
+    def __init__(self, port: int):
+        self.registry = CollectorRegistry()
+        self.global_step = self._gauge("global_step", "Optimizer steps applied to the shared parameters.")
+        self.env_steps = self._gauge("env_steps", "Environment steps taken by all workers so far.")
+        self.iterations = self._gauge("iterations", "PPO iterations (rollout + update) completed.")
+        self.mean_return = self._gauge("mean_return", "Mean return of the last iteration's training episodes.")
+        self.eval_return = self._gauge("eval_mean_return", "Mean return of the last evaluation.")
+        self.steps_per_second = self._gauge("env_steps_per_second", "Environment steps per second (this worker).")
+        self._server = None
+        if port:
+            try:
+                self._server, _ = start_http_server(port, registry=self.registry)
+            except OSError as error:
+                log.warning("metrics endpoint not started: port %d: %s", port, error)
+
+    def _gauge(self, name: str, text: str) -> Gauge:
+        return Gauge(f"agents_trainer_{name}", text, registry=self.registry)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

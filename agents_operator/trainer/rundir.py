@@ -1,0 +1,58 @@
+"""The run directory's `config.yaml`: written at the start of every run, the reference on resume.
+
+On `--resume` the saved config is the run's config. Settings given again (a preset with `--config`, or
+`--set`) must agree with it, except the few in `CHANGEABLE_ON_RESUME`, which do not change what was
+learned so far (to train a finished run for longer, raise `total_steps`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents_operator.config import TrainerConfig
+
+CONFIG_FILE = "config.yaml"
+CHANGEABLE_ON_RESUME = frozenset(
+    {"total_steps", "checkpoint_every", "eval_every", "eval_episodes", "metrics_port", "threads"}
+)
+
+
+class ConfigConflict(ValueError):
+    """A resumed run was given settings that contradict its saved config."""
+
+
+def load_config(logdir: Path) -> TrainerConfig | None:
+    path = Path(logdir) / CONFIG_FILE
+    if not path.exists():
+        return None
+    return TrainerConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+
+
+def write_config(logdir: Path, config: TrainerConfig) -> None:
+    logdir = Path(logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    tmp = logdir / f".{CONFIG_FILE}.tmp"
+    tmp.write_text(text)
+    tmp.replace(logdir / CONFIG_FILE)
+
+
+def check_resume(saved: TrainerConfig, requested: TrainerConfig) -> None:
+    """Raise ConfigConflict naming every setting that differs and may not change on resume."""
+    conflicts = [
+        f"{key} (saved {_show(getattr(saved, key))}, given {_show(getattr(requested, key))})"
+        for key in TrainerConfig.model_fields
+        if key not in CHANGEABLE_ON_RESUME and getattr(saved, key) != getattr(requested, key)
+    ]
+    if conflicts:
+        raise ConfigConflict(
+            f"--resume: settings differ from the run's {CONFIG_FILE}: {'; '.join(conflicts)}. "
+            f"Drop them, or start a new run in another --logdir"
+        )
+
+
+def _show(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()

@@ -1,0 +1,99 @@
+"""Everything between the policy and the environments, in one place.
+
+In order, from the simulator outwards: the time limit (`max_episode_steps`, applied by `envs.make_env` in
+the environment processes), float32 observations (`envs`), then here: action clipping to the action
+bounds, streaming observation normalisation and reward scaling. The policy samples unbounded Gaussian
+actions; only the clipped copy reaches the environment, and the update uses the sampled one, so the
+log-probabilities stay those of the Gaussian.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer.normalize import Normalizer, RewardScaler
+
+if TYPE_CHECKING:
+    import gymnasium
+
+    from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.ppo.networks import NumpyPolicy
+
+
+@dataclass
+class Transition:
+    """One step of all environments, as the learner sees it."""
+
+    observations: np.ndarray  # normalised; the next episode's first where one ended
+    rewards: np.ndarray  # scaled
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_observations: np.ndarray  # normalised; the ended episode's last where terminated | truncated
+    episode_returns: list[float]  # raw, of the episodes that ended in this step
+    episode_lengths: list[int]
+
+
+class TrainingEnv:
+    """A `BatchEnv` with clipped actions, normalised observations and scaled rewards."""
+
+    def __init__(self, env: BatchEnv, config: TrainerConfig):
+        self.env = env
+        self.observations = Normalizer(env.observation_shape, config.clip_observations, config.normalize_observations)
+        self.rewards = RewardScaler(env.num_envs, config.discount, config.clip_rewards, config.normalize_rewards)
+
+    def reset(self) -> np.ndarray:
+        observations = self.env.reset()
+        self.observations.observe(observations)
+        return self.observations.normalize(observations)
+
+    def step(self, actions: np.ndarray) -> Transition:
+        result = self.env.step(np.clip(actions, self.env.action_low, self.env.action_high))
+        self.observations.observe(result.observations)
+        return Transition(
+            observations=self.observations.normalize(result.observations),
+            rewards=self.rewards(result.rewards, result.terminated | result.truncated),
+            terminated=result.terminated,
+            truncated=result.truncated,
+            final_observations=self.observations.normalize(result.final_observations),
+            episode_returns=result.episode_returns,
+            episode_lengths=result.episode_lengths,
+        )
+
+
+def run_episodes(
+    env: gymnasium.Env,
+    policy: NumpyPolicy,
+    observations: Normalizer,
+    episodes: int,
+    seed: int,
+    on_frame: Callable[[np.ndarray], None] | None = None,
+) -> tuple[list[float], list[int]]:
+    """Returns and lengths of `episodes` episodes of the deterministic policy (the Gaussian's mean).
+
+    The normaliser is used as it is, without updating it. With `on_frame`, every rendered frame of an
+    env made with render_mode="rgb_array" is passed to it.
+    """
+    low, high = env.action_space.low, env.action_space.high
+    returns, lengths = [], []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        total, length, done = 0.0, 0, False
+        while not done:
+            if on_frame is not None:
+                on_frame(env.render())
+            normalized = observations.normalize(np.asarray(obs, dtype=np.float32)[None])
+            action = np.clip(policy.mean(normalized)[0], low, high)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            length += 1
+            done = terminated or truncated
+        if on_frame is not None:
+            on_frame(env.render())
+        returns.append(total)
+        lengths.append(length)
+    return returns, lengths
