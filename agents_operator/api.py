@@ -368,6 +368,17 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        at=("spec",),
+        cel="!has(self.replicaSpecs.evaluator) || has(self.storage.persistentVolumeClaim)",
+        message="replicaSpecs.evaluator needs storage.persistentVolumeClaim: the evaluator reads the chief's "
+        "checkpoints from the shared claim",
+        field="spec.replicaSpecs.evaluator",
+        check=lambda new, _: (
+            _get(new, "spec", "replicaSpecs", "evaluator") is None
+            or _get(new, "spec", "storage", "persistentVolumeClaim") is not None
+        ),
+    ),
+    Rule(
         at=("spec", "replicaSpecs"),
         cel="(has(self.ps) ? self.ps.replicas : 0) == (has(oldSelf.ps) ? oldSelf.ps.replicas : 0) && "
         "self.worker.replicas == oldSelf.worker.replicas && "

@@ -34,6 +34,7 @@ DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """Service names must be DNS-1035 labels, so job names must be too (they start every child name)."""
 
 TENSORBOARD_SUFFIX = "-tensorboard"
+NETWORK_POLICY_SUFFIX = "-replicas"
 
 
 def _longest_suffix() -> int:
@@ -53,6 +54,10 @@ def child_name(job: str, replica_type: str, index: int) -> str:
 
 def tensorboard_name(job: str) -> str:
     return f"{job}{TENSORBOARD_SUFFIX}"
+
+
+def network_policy_name(job: str) -> str:
+    return f"{job}{NETWORK_POLICY_SUFFIX}"
 
 
 def job_selector(job: str) -> dict[str, str]:

@@ -63,6 +63,7 @@ BAD = [
     ("spec.replicaSpecs.worker", _DELETE, "spec.replicaSpecs.worker: Field required"),
     ("spec.replicaSpecs.ps", _DELETE, "spec.replicaSpecs.ps: replicaSpecs.ps is required"),
     ("spec.replicaSpecs.evaluator", {"replicas": 2}, "spec.replicaSpecs.evaluator.replicas: replicaSpecs.evaluator"),
+    ("spec.replicaSpecs.evaluator", {}, "spec.replicaSpecs.evaluator: replicaSpecs.evaluator needs storage"),
     ("spec.replicaSpecs.worker.restartPolicy", "Sometimes", "restartPolicy: must be one of"),
     ("spec.replicaSpecs.worker.template", {"spec": {}}, "template.spec.containers: Field required"),
     ("spec.replicaSpecs.worker.template", {"spec": {"containers": []}}, "template.spec.containers: List should"),
