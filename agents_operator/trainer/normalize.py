@@ -2,9 +2,13 @@
 
 Statistics are kept as additive sums (count, sum, sum of squares, float64). Sums merge by addition, so
 the statistics a worker gathered during a rollout can be pushed to shared TensorFlow variables with one
-`assign_add`, in any order and concurrently with other workers, without a read-modify-write race. Each
-`Normalizer` therefore holds two parts: the `shared` sums (as last read from the learner's variables) and
-the `pending` sums of this worker that have not been pushed yet; it normalises with both.
+`assign_add`, in any order and concurrently with other workers, without a read-modify-write race.
+
+A `Normalizer` standardises with its `shared` statistics (as last read from the learner's variables),
+which stay fixed for a whole rollout; what it observes meanwhile is pending until `take_pending` hands
+the rollout's sums over to be pushed. So acting costs a subtraction, a division and a clip per step, the
+moments are computed once per rollout, and all workers normalise alike between two updates. The first
+rollout of a run has no statistics yet and passes observations through unchanged.
 """
 
 from __future__ import annotations
@@ -50,38 +54,50 @@ class Moments:
 
 
 class Normalizer:
-    """Standardise arrays with running statistics and clip the result to +-clip."""
+    """Standardise arrays with the shared statistics and clip the result to +-clip."""
 
     def __init__(self, shape: tuple[int, ...], clip: float, enabled: bool = True):
         self.shape = shape
         self.clip = clip
         self.enabled = enabled
+        self._observed: list[np.ndarray] = []
         self.shared = Moments.zeros(shape)
-        self.pending = Moments.zeros(shape)
+
+    @property
+    def shared(self) -> Moments:
+        return self._shared
+
+    @shared.setter
+    def shared(self, moments: Moments) -> None:
+        self._shared = moments
+        self.mean = moments.mean.astype(np.float32)
+        self.std = np.sqrt(moments.var + _EPSILON).astype(np.float32)
 
     def observe(self, batch: np.ndarray) -> None:
-        self.pending = self.pending + Moments.of(batch)
+        """Count `batch` (first axis: samples) in the next push; the caller must not modify it afterwards."""
+        self._observed.append(batch)
 
     def take_pending(self) -> Moments:
-        """The sums gathered since the last call, now counted as shared.
+        """The sums of everything observed since the last call, now also counted in `shared`.
 
         The caller pushes them to the shared variables and may then replace `shared` with what it reads
         back, which includes the sums of every other worker.
         """
-        pending, self.pending = self.pending, Moments.zeros(self.shape)
-        self.shared = self.shared + pending
+        pending = Moments.of(np.concatenate(self._observed)) if self._observed else Moments.zeros(self.shape)
+        self._observed = []
+        self.shared = self._shared + pending
         return pending
-
-    @property
-    def moments(self) -> Moments:
-        return self.shared + self.pending
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return np.asarray(x, dtype=np.float32)
-        moments = self.moments
-        scaled = (x - moments.mean) / np.sqrt(moments.var + _EPSILON)
-        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+        return np.clip((x - self.mean) / self.std, -self.clip, self.clip, dtype=np.float32)
+
+    def scale(self, x: np.ndarray) -> np.ndarray:
+        """Divide by the standard deviation without centring (for rewards), clipped."""
+        if not self.enabled:
+            return np.asarray(x, dtype=np.float32)
+        return np.clip(x / self.std, -self.clip, self.clip, dtype=np.float32)
 
 
 class RewardScaler:
@@ -98,10 +114,7 @@ class RewardScaler:
         self.statistics = Normalizer((), clip, enabled)
 
     def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
-        self.returns = self.returns * self.discount + rewards
-        self.statistics.observe(self.returns)
-        self.returns[done] = 0.0
-        if not self.statistics.enabled:
-            return np.asarray(rewards, dtype=np.float32)
-        scaled = rewards / np.sqrt(self.statistics.moments.var + _EPSILON)
-        return np.clip(scaled, -self.statistics.clip, self.statistics.clip).astype(np.float32)
+        returns = self.returns * self.discount + rewards
+        self.statistics.observe(returns)
+        self.returns = np.where(done, 0.0, returns)
+        return self.statistics.scale(rewards)

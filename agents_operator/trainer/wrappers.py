@@ -1,10 +1,11 @@
 """Everything between the policy and the environments, in one place.
 
-In order, from the simulator outwards: the time limit (`max_episode_steps`, applied by `envs.make_env` in
-the environment processes), float32 observations (`envs`), then here: action clipping to the action
-bounds, streaming observation normalisation and reward scaling. The policy samples unbounded Gaussian
-actions; only the clipped copy reaches the environment, and the update uses the sampled one, so the
-log-probabilities stay those of the Gaussian.
+In order, from the simulator outwards: the time limit (`max_episode_steps`) and float32 observations,
+applied by `envs.make_env` in the environment processes; action clipping to the action bounds, which
+`BatchEnv.step` does as it writes the actions to the workers (and `run_episodes` here for its single
+environment); then here, streaming observation normalisation and reward scaling. The policy samples
+unbounded Gaussian actions; only the clipped copy reaches the environment, and the update uses the
+sampled one, so the log-probabilities stay those of the Gaussian.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Transition:
 
 
 class TrainingEnv:
-    """A `BatchEnv` with clipped actions, normalised observations and scaled rewards."""
+    """A `BatchEnv` (which clips actions) with normalised observations and scaled rewards."""
 
     def __init__(self, env: BatchEnv, config: TrainerConfig):
         self.env = env
@@ -52,14 +53,16 @@ class TrainingEnv:
         return self.observations.normalize(observations)
 
     def step(self, actions: np.ndarray) -> Transition:
-        result = self.env.step(np.clip(actions, self.env.action_low, self.env.action_high))
+        result = self.env.step(actions)
         self.observations.observe(result.observations)
+        observations = self.observations.normalize(result.observations)
+        done = result.terminated | result.truncated
         return Transition(
-            observations=self.observations.normalize(result.observations),
-            rewards=self.rewards(result.rewards, result.terminated | result.truncated),
+            observations=observations,
+            rewards=self.rewards(result.rewards, done),
             terminated=result.terminated,
             truncated=result.truncated,
-            final_observations=self.observations.normalize(result.final_observations),
+            final_observations=self.observations.normalize(result.final_observations) if done.any() else observations,
             episode_returns=result.episode_returns,
             episode_lengths=result.episode_lengths,
         )

@@ -17,38 +17,44 @@ def test_streaming_moments_equal_numpy_on_concatenated_data(seed):
     normalizer = Normalizer((3,), clip=1e6)
     for i, chunk in enumerate(chunks):
         normalizer.observe(chunk)
-        if i == 2:  # pushing midway changes nothing locally
+        if i == 2:  # a push midway: the sums add up all the same
             normalizer.take_pending()
+    normalizer.take_pending()
     everything = np.concatenate(chunks)
-    np.testing.assert_allclose(normalizer.moments.mean, everything.mean(axis=0), rtol=1e-10)
-    np.testing.assert_allclose(normalizer.moments.var, everything.var(axis=0), rtol=1e-8)
+    np.testing.assert_allclose(normalizer.shared.mean, everything.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(normalizer.shared.var, everything.var(axis=0), rtol=1e-8)
     x = np.array([[3.0, 0.0, 40.0]])
     expected = (x - everything.mean(axis=0)) / np.sqrt(everything.var(axis=0) + 1e-8)
-    np.testing.assert_allclose(normalizer.normalize(x), expected, rtol=1e-5)
+    np.testing.assert_allclose(normalizer.normalize(x), expected, rtol=1e-5, atol=1e-5)
     assert normalizer.normalize(x).dtype == np.float32
 
 
-def test_pending_sums_are_handed_over_once_and_moments_add():
+def test_statistics_stay_fixed_until_the_pending_sums_are_taken():
     a, b = _chunks(0)[2:4]
     normalizer = Normalizer((3,), clip=5.0)
     normalizer.observe(a)
+    np.testing.assert_allclose(normalizer.normalize(a), np.clip(a, -5, 5), rtol=1e-6)  # no statistics yet
     pushed = normalizer.take_pending()
     assert pushed.count == len(a)
+    np.testing.assert_allclose(pushed.sum, a.sum(axis=0))
     assert normalizer.take_pending().count == 0
-    total = Moments.of(a) + Moments.of(b)
-    np.testing.assert_allclose(total.mean, np.concatenate([a, b]).mean(axis=0))
+    normalizer.observe(b)
+    np.testing.assert_allclose(normalizer.normalize(a).mean(axis=0), 0.0, atol=1e-5)  # still a's statistics
+    normalizer.shared = Moments.of(a) + Moments.of(b)  # as read back from the learner
+    np.testing.assert_allclose(normalizer.mean, np.concatenate([a, b]).mean(axis=0), rtol=1e-6)
 
 
-def test_normalized_values_are_clipped_and_empty_statistics_are_the_identity():
+def test_normalized_values_are_clipped():
     normalizer = Normalizer((2,), clip=2.0)
-    np.testing.assert_array_equal(normalizer.normalize(np.array([[0.5, -1.0]])), [[0.5, -1.0]])
     normalizer.observe(np.array([[0.0, 0.0], [2.0, 2.0]]))
+    normalizer.take_pending()
     np.testing.assert_array_equal(normalizer.normalize(np.array([[100.0, -100.0]])), [[2.0, -2.0]])
 
 
 def test_disabled_normalizer_passes_values_through():
     normalizer = Normalizer((2,), clip=1.0, enabled=False)
     normalizer.observe(np.array([[10.0, 10.0], [20.0, 30.0]]))
+    normalizer.take_pending()
     np.testing.assert_array_equal(normalizer.normalize(np.array([[7.0, 8.0]])), [[7.0, 8.0]])
 
 
@@ -58,11 +64,13 @@ def test_rewards_are_divided_by_the_std_of_the_discounted_return():
     done = np.zeros((30, 2), bool)
     done[9, 0] = done[20, 1] = True
     scaler = RewardScaler(2, discount=0.9, clip=1e6)
-    returns, seen, scaled = np.zeros(2), [], []
+    returns, seen = np.zeros(2), []
     for t in range(30):
-        scaled.append(scaler(rewards[t], done[t]))
+        np.testing.assert_allclose(scaler(rewards[t], done[t]), rewards[t], rtol=1e-6)  # no statistics yet
         returns = 0.9 * returns + rewards[t]
         seen.append(returns.copy())
         returns[done[t]] = 0.0
-    np.testing.assert_allclose(scaled[-1], rewards[-1] / np.sqrt(np.var(seen) + 1e-8), rtol=1e-5)
-    np.testing.assert_allclose(scaler.statistics.moments.mean, np.mean(seen))
+    scaler.statistics.take_pending()
+    np.testing.assert_allclose(scaler.statistics.shared.mean, np.mean(seen))
+    scaled = scaler(np.array([1.0, -3.0]), np.zeros(2, bool))
+    np.testing.assert_allclose(scaled, np.array([1.0, -3.0]) / np.sqrt(np.var(seen) + 1e-8), rtol=1e-5)

@@ -125,9 +125,9 @@ class NumpyPolicy:
     def sample(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions a ~ N(mean(obs), exp(log_std)^2), their log-probabilities and the Gaussian means."""
         mean = self.mean(obs)
-        noise = rng.standard_normal(mean.shape)
+        noise = rng.standard_normal(mean.shape, dtype=np.float32)
         actions = mean + np.exp(self.log_std) * noise
-        return actions.astype(np.float32), gaussian_log_prob_np(noise, self.log_std), mean.astype(np.float32)
+        return actions, gaussian_log_prob_np(noise, self.log_std), mean
 
 
 def gaussian_log_prob_np(noise: np.ndarray, log_std: np.ndarray) -> np.ndarray:
