@@ -7,7 +7,8 @@ saved normaliser statistics, exactly as in evaluation.
 
 from __future__ import annotations
 
-import logging
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,6 @@ import numpy as np
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.normalize import Normalizer
-
-log = logging.getLogger(__name__)
 
 FORMATS = (".gif", ".mp4")
 _DEFAULT_FPS = 30
@@ -66,6 +65,10 @@ def render(config: TrainerConfig, logdir: Path, out: Path, episodes: int) -> tup
     from agents_operator.trainer.learner import Learner, vector_size
     from agents_operator.trainer.wrappers import run_episodes
 
+    # pygame (classic-control rendering) draws on plain surfaces; without a display driver set, SDL
+    # looks for one and complains on stderr. pygame still imports the deprecated pkg_resources.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
     env = make_env(config.env_id, config.max_episode_steps, render_mode="rgb_array")
     learner = Learner(config, vector_size(env.observation_space.shape), vector_size(env.action_space.shape))
     try:
