@@ -78,6 +78,7 @@ class Sampler:
             episode_returns += step.episode_returns
             episode_lengths += step.episode_lengths
             self.observations = step.observations
+        rewards = self.env.rewards.scale(rewards)
         next_values = returns.next_values(
             values, policy.value_of(self.observations), final_values, terminated | truncated
         )

@@ -77,13 +77,18 @@ class Normalizer:
         """Count `batch` (first axis: samples) in the next push; the caller must not modify it afterwards."""
         self._observed.append(batch)
 
+    @property
+    def pending(self) -> Moments:
+        """The sums of everything observed since the last `take_pending`."""
+        return Moments.of(np.concatenate(self._observed)) if self._observed else Moments.zeros(self.shape)
+
     def take_pending(self) -> Moments:
         """The sums of everything observed since the last call, now also counted in `shared`.
 
         The caller pushes them to the shared variables and may then replace `shared` with what it reads
         back, which includes the sums of every other worker.
         """
-        pending = Moments.of(np.concatenate(self._observed)) if self._observed else Moments.zeros(self.shape)
+        pending = self.pending
         self._observed = []
         self.shared = self._shared + pending
         return pending
@@ -93,19 +98,15 @@ class Normalizer:
             return np.asarray(x, dtype=np.float32)
         return np.clip((x - self.mean) / self.std, -self.clip, self.clip, dtype=np.float32)
 
-    def scale(self, x: np.ndarray) -> np.ndarray:
-        """Divide by the standard deviation without centring (for rewards), clipped."""
-        if not self.enabled:
-            return np.asarray(x, dtype=np.float32)
-        return np.clip(x / self.std, -self.clip, self.clip, dtype=np.float32)
-
 
 class RewardScaler:
     """Divide rewards by the standard deviation of the discounted return (not of the reward).
 
     This is the reward normalisation of the PPO baselines: it keeps the scale of the value targets near
-    one without moving the optimum (no mean is subtracted). The per-environment running returns restart
-    at every episode end; they are not checkpointed (a resumed run restarts its episodes anyway).
+    one without moving the optimum (no mean is subtracted). Rewards affect only the update, never how
+    the policy acts, so a rollout's rewards are scaled after it, with statistics that include it: the
+    first update of a run sees rewards on the same scale as every later one. The per-environment running
+    returns restart at every episode end; they are not checkpointed (a resumed run restarts its episodes).
     """
 
     def __init__(self, num_envs: int, discount: float, clip: float, enabled: bool = True):
@@ -113,8 +114,15 @@ class RewardScaler:
         self.returns = np.zeros(num_envs)
         self.statistics = Normalizer((), clip, enabled)
 
-    def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
+    def track(self, rewards: np.ndarray, done: np.ndarray) -> None:
+        """Count one step's rewards (raw) into the discounted returns."""
         returns = self.returns * self.discount + rewards
         self.statistics.observe(returns)
         self.returns = np.where(done, 0.0, returns)
-        return self.statistics.scale(rewards)
+
+    def scale(self, rewards: np.ndarray) -> np.ndarray:
+        """`rewards` divided by the std of the returns in the shared statistics and those tracked since."""
+        if not self.statistics.enabled:
+            return np.asarray(rewards, dtype=np.float32)
+        std = np.sqrt((self.statistics.shared + self.statistics.pending).var + _EPSILON)
+        return np.clip(rewards / std, -self.statistics.clip, self.statistics.clip, dtype=np.float32)

@@ -3,7 +3,8 @@
 In order, from the simulator outwards: the time limit (`max_episode_steps`) and float32 observations,
 applied by `envs.make_env` in the environment processes; action clipping to the action bounds, which
 `BatchEnv.step` does as it writes the actions to the workers (and `run_episodes` here for its single
-environment); then here, streaming observation normalisation and reward scaling. The policy samples
+environment); then here, streaming observation normalisation and reward scaling (applied to a whole
+rollout once it is complete, see `RewardScaler`). The policy samples
 unbounded Gaussian actions; only the clipped copy reaches the environment, and the update uses the
 sampled one, so the log-probabilities stay those of the Gaussian.
 """
@@ -31,7 +32,7 @@ class Transition:
     """One step of all environments, as the learner sees it."""
 
     observations: np.ndarray  # normalised; the next episode's first where one ended
-    rewards: np.ndarray  # scaled
+    rewards: np.ndarray  # raw: `rewards.scale` scales a rollout's once it is complete
     terminated: np.ndarray
     truncated: np.ndarray
     final_observations: np.ndarray  # normalised; the ended episode's last where terminated | truncated
@@ -57,9 +58,10 @@ class TrainingEnv:
         self.observations.observe(result.observations)
         observations = self.observations.normalize(result.observations)
         done = result.terminated | result.truncated
+        self.rewards.track(result.rewards, done)
         return Transition(
             observations=observations,
-            rewards=self.rewards(result.rewards, done),
+            rewards=result.rewards,
             terminated=result.terminated,
             truncated=result.truncated,
             final_observations=self.observations.normalize(result.final_observations) if done.any() else observations,

@@ -58,7 +58,7 @@ def test_disabled_normalizer_passes_values_through():
     np.testing.assert_array_equal(normalizer.normalize(np.array([[7.0, 8.0]])), [[7.0, 8.0]])
 
 
-def test_rewards_are_divided_by_the_std_of_the_discounted_return():
+def test_rewards_are_divided_by_the_std_of_the_discounted_return_including_the_rollout():
     rng = np.random.default_rng(1)
     rewards = rng.normal(2.0, 1.0, size=(30, 2))
     done = np.zeros((30, 2), bool)
@@ -66,11 +66,12 @@ def test_rewards_are_divided_by_the_std_of_the_discounted_return():
     scaler = RewardScaler(2, discount=0.9, clip=1e6)
     returns, seen = np.zeros(2), []
     for t in range(30):
-        np.testing.assert_allclose(scaler(rewards[t], done[t]), rewards[t], rtol=1e-6)  # no statistics yet
+        scaler.track(rewards[t], done[t])
         returns = 0.9 * returns + rewards[t]
         seen.append(returns.copy())
         returns[done[t]] = 0.0
+    expected = rewards / np.sqrt(np.var(seen) + 1e-8)
+    np.testing.assert_allclose(scaler.scale(rewards), expected, rtol=1e-5)  # the rollout's own returns count
     scaler.statistics.take_pending()
     np.testing.assert_allclose(scaler.statistics.shared.mean, np.mean(seen))
-    scaled = scaler(np.array([1.0, -3.0]), np.zeros(2, bool))
-    np.testing.assert_allclose(scaled, np.array([1.0, -3.0]) / np.sqrt(np.var(seen) + 1e-8), rtol=1e-5)
+    np.testing.assert_allclose(scaler.scale(rewards), expected, rtol=1e-5)
