@@ -1,0 +1,282 @@
+"""The only module that talks to the Kubernetes API: creates, deletes, patches and Events, and executing a plan.
+
+It uses the official `kubernetes` client (blocking; `handlers` calls it through `asyncio.to_thread`) with
+plain dicts on the wire: no generated model classes, so a pod template keeps every field the user wrote, and
+the same code serves Pods, Services, Deployments, Events and AgentsJobs. kopf's own watching logs in with the
+very same configuration (`connection_info`), so a `--kubeconfig`/`--context` applies to both.
+
+Idempotence is by status code: 409 on create means the child exists (deterministic names), 404 on delete
+means it is gone already. Nothing here relies on garbage collection or label selectors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+
+from agents_operator import naming, reconcile, status
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "agents-operator"
+RESOURCES = {
+    "Pod": ("", "v1", "pods"),
+    "Service": ("", "v1", "services"),
+    "Deployment": ("apps", "v1", "deployments"),
+    "Event": ("", "v1", "events"),
+    naming.KIND: (naming.GROUP, naming.VERSION, naming.PLURAL),
+}
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    group, version, plural = RESOURCES[kind]
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    out = f"{base}/namespaces/{namespace}/{plural}"
+    if name:
+        out += f"/{name}"
+    if subresource:
+        out += f"/{subresource}"
+    return out
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server."""
+
+    def __init__(self, status_code: int, body: str):
+        self.status = status_code
+        self.body = body
+        try:
+            message = json.loads(body).get("message") or body
+        except (ValueError, AttributeError):
+            message = body
+        super().__init__(f"HTTP {status_code}: {str(message)[:500]}")
+
+
+@dataclass
+class Outcome:
+    """What executing a plan did."""
+
+    created: Counter = field(default_factory=Counter)
+    deleted: Counter = field(default_factory=Counter)
+    status_written: bool = False
+    job_deleted: bool = False
+    job_gone: bool = False
+    """The job disappeared while we worked (404 on its status): nothing more to do."""
+
+
+class Kube:
+    """A connection to one cluster."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, timeout: float = 30.0, instance: str | None = None):
+        self.api = api
+        self.timeout = timeout
+        self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
+
+    @classmethod
+    def connect(
+        cls, kubeconfig: str | None = None, context: str | None = None, host: str | None = None, timeout: float = 30.0
+    ) -> Kube:
+        """In-cluster service account, else the kubeconfig (or a bare `host`, as for kmock in tests)."""
+        config = kubernetes.client.Configuration()
+        if host:
+            config.host = host.rstrip("/")
+        elif kubeconfig or context:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
+        else:
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=config)
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(client_configuration=config)
+        config.connection_pool_maxsize = 32
+        return cls(kubernetes.client.ApiClient(config), timeout=timeout)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def connection_info(self) -> dict[str, Any]:
+        """Keyword arguments of `kopf.ConnectionInfo` for the same cluster and credentials."""
+        config = self.api.configuration
+        if config.refresh_api_key_hook is not None:
+            config.refresh_api_key_hook(config)
+        header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
+        parts = header.split(" ", 1) if header else []
+        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+        return {
+            "server": config.host,
+            "ca_path": config.ssl_ca_cert,
+            "insecure": not config.verify_ssl,
+            "username": config.username or None,
+            "password": config.password or None,
+            "scheme": scheme,
+            "token": token,
+            "certificate_path": config.cert_file,
+            "private_key_path": config.key_file,
+        }
+
+    # --- raw requests ----------------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        url_path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict:
+        method, url, headers, body, _ = self.api.param_serialize(
+            method=method,
+            resource_path=url_path,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=self.timeout)
+        data = response.read()
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+        if not 200 <= response.status < 300:
+            raise ApiError(response.status, text)
+        try:
+            return json.loads(text) if text else {}
+        except ValueError:
+            return {}
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        try:
+            return self.request("GET", path(kind, namespace, name))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(self, kind: str, namespace: str, labels: dict[str, str] | None = None) -> list[dict]:
+        """Objects of a kind in a namespace; label filtering is repeated here (not every server applies it)."""
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
+        items = self.request("GET", path(kind, namespace), query=query).get("items") or []
+        labels = labels or {}
+        return [
+            i for i in items if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
+
+    def create(self, obj: dict) -> bool:
+        """True when created, False when it existed already."""
+        meta = obj["metadata"]
+        try:
+            self.request("POST", path(obj["kind"], meta["namespace"]), body=obj)
+            return True
+        except ApiError as err:
+            if err.status == 409:
+                return False
+            raise
+
+    def delete(self, kind: str, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+        """True when deleted (or marked for deletion), False when it was gone already."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        try:
+            self.request("DELETE", path(kind, namespace, name), body=body)
+            return True
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+
+    def annotate(self, kind: str, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        try:
+            self.request(
+                "PATCH",
+                path(kind, namespace, name),
+                body={"metadata": {"annotations": annotations}},
+                content_type=MERGE_PATCH,
+            )
+            return True
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+
+    def patch_status(self, namespace: str, name: str, patch: dict) -> dict | None:
+        """Merge-patch the job's status subresource; None when the job is gone."""
+        try:
+            return self.request(
+                "PATCH", path(naming.KIND, namespace, name, "status"), body={"status": patch}, content_type=MERGE_PATCH
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def post_event(self, job: dict, type_: str, reason: str, message: str, now: datetime | None = None) -> None:
+        """A core/v1 Event about the job. Names are made here (not generateName), so that any server takes them."""
+        meta = job.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        stamp = status.timestamp(now) if now else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        involved = {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "name": name, "namespace": namespace}
+        if meta.get("uid"):
+            involved["uid"] = meta["uid"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{naming.GROUP}/{COMPONENT}",
+            "reportingInstance": self.instance[:128],
+        }
+        try:
+            self.request("POST", path("Event", namespace), body=event)
+        except (ApiError, OSError) as err:  # an Event is never worth failing a reconcile for
+            log.warning("event %s/%s %s not posted: %s", namespace, name, reason, err)
+
+    # --- plans -----------------------------------------------------------------------------------------------
+
+    def execute(self, job: dict, plan: reconcile.Plan, now: datetime | None = None) -> Outcome:
+        """Carry out a plan's actions in order, then post its Events. Raises ApiError on anything unexpected
+        (the caller retries with a fresh plan: every action is safe to repeat)."""
+        meta = job["metadata"]
+        namespace, name = meta.get("namespace") or "default", meta["name"]
+        outcome = Outcome()
+        for action in plan.actions:
+            match action:
+                case reconcile.MarkCounted(pod=pod, restarts=n):
+                    self.annotate("Pod", namespace, pod, {status.ANNOTATION_COUNTED: str(n)})
+                case reconcile.WriteStatus(patch=patch):
+                    if self.patch_status(namespace, name, patch) is None:
+                        outcome.job_gone = True
+                        return outcome
+                    outcome.status_written = True
+                case reconcile.Delete(kind=kind, name=child, reason=reason, grace_seconds=grace):
+                    if self.delete(kind, namespace, child, grace):
+                        outcome.deleted[kind] += 1
+                        self.post_event(job, "Normal", "SuccessfulDelete", f"Deleted {kind.lower()} {child}: {reason}")
+                case reconcile.Create(obj=obj):
+                    if self.create(obj):
+                        outcome.created[action.kind] += 1
+                        self.post_event(
+                            job, "Normal", "SuccessfulCreate", f"Created {action.kind.lower()} {action.name}"
+                        )
+                case reconcile.DeleteJob(reason=reason):
+                    self.post_event(job, "Normal", "Deleted", f"Deleting the job: {reason}")
+                    outcome.job_deleted = self.delete(naming.KIND, namespace, name)
+        for event in plan.events:
+            self.post_event(job, event.type, event.reason, event.message, now)
+        return outcome

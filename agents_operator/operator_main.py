@@ -1,0 +1,190 @@
+"""Running the operator: settings, login, Prometheus metrics, peering, probes, logging. `agents-operator run`.
+
+Everything here is process plumbing around `handlers.register`; `serve` is also what the kmock wiring tests
+and the e2e suite start (in-process), so they run the same code as `agents-operator run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from agents_operator import naming, reconcile, render
+from agents_operator.handlers import Controller, ControllerOptions, register
+from agents_operator.kube import Kube, Outcome
+
+log = logging.getLogger(__name__)
+
+STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+
+@dataclass
+class OperatorOptions:
+    """`agents-operator run`'s options."""
+
+    namespaces: list[str] = field(default_factory=list)
+    """Namespaces to serve (globs allowed); empty with all_namespaces=False means 'default'."""
+    all_namespaces: bool = False
+    default_image: str = render.DEFAULT_IMAGE
+    log_format: str = "plain"
+    """plain or json."""
+    verbose: bool = False
+    peering: str | None = None
+    """KopfPeering name for HA (replicas with the same name elect one active); None: standalone."""
+    priority: int = 0
+    liveness: str | None = None
+    """e.g. http://0.0.0.0:8080/healthz: kopf serves liveness there, with the probes' results."""
+    metrics_port: int = 0
+    """Prometheus /metrics port of the operator; 0 disables it."""
+    kubeconfig: str | None = None
+    context: str | None = None
+    host: str | None = None
+    """API server URL without credentials (tests)."""
+    progress_interval: float = 30.0
+    watch_timeout: float = 300.0
+    """Server-side timeout of every watch request; the watch is re-established after it."""
+    request_timeout: float = 60.0
+    """Timeout of every other API request."""
+    post_kopf_events: bool = True
+    """Let kopf post its own Events about handler failures (warnings and errors only)."""
+
+
+class OperatorMetrics:
+    """The operator's Prometheus metrics, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.jobs = Gauge("agents_operator_jobs", "AgentsJobs by state.", ["state"], registry=self.registry)
+        self.reconcile_seconds = Histogram(
+            "agents_operator_reconcile_seconds",
+            "Time to plan and execute one reconcile of a job.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.created = Counter(
+            "agents_operator_children_created", "Children created.", ["kind"], registry=self.registry
+        )
+        self.deleted = Counter(
+            "agents_operator_children_deleted", "Children deleted.", ["kind"], registry=self.registry
+        )
+        self.restarts = Counter("agents_operator_restarts", "Failed pods replaced.", registry=self.registry)
+        self.errors = Counter("agents_operator_reconcile_errors", "Reconciles that failed.", registry=self.registry)
+        for state in STATES:
+            self.jobs.labels(state).set(0)
+
+    def observe(self, plan: reconcile.Plan, outcome: Outcome, seconds: float) -> None:
+        self.reconcile_seconds.observe(seconds)
+        for kind, n in outcome.created.items():
+            self.created.labels(kind).inc(n)
+        for kind, n in outcome.deleted.items():
+            self.deleted.labels(kind).inc(n)
+        if not outcome.job_gone:
+            self.restarts.inc(len(plan.of(reconcile.MarkCounted)))
+
+    def set_states(self, states: Iterable[str | None]) -> None:
+        counts = dict.fromkeys(STATES, 0)
+        for state in states:
+            if state in counts:
+                counts[state] += 1
+        for state, n in counts.items():
+            self.jobs.labels(state).set(n)
+
+
+def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
+    """kopf settings: timeouts, where kopf keeps its own bookkeeping, peering, Events."""
+    settings.watching.server_timeout = options.watch_timeout
+    settings.watching.client_timeout = options.watch_timeout + 30
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = options.request_timeout
+    settings.networking.connect_timeout = 30
+    # kopf's own state goes into annotations under our group: the status keeps only the declared schema.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=naming.GROUP, key="last-handled-configuration"
+    )
+    settings.posting.enabled = options.post_kopf_events
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = 32
+    settings.background.instant_exit_timeout = 1.0  # timers stop at once when the operator exits
+    if options.peering:
+        settings.peering.name = options.peering
+        settings.peering.priority = options.priority
+        settings.peering.standalone = False
+    else:
+        settings.peering.standalone = True
+
+
+def build(options: OperatorOptions, kube: Kube | None = None) -> tuple[kopf.OperatorRegistry, Controller]:
+    """A registry with every handler, and the controller behind them."""
+    kube = kube or Kube.connect(options.kubeconfig, options.context, options.host, timeout=options.request_timeout)
+    controller = Controller(
+        kube,
+        ControllerOptions(
+            render=render.RenderOptions(default_image=options.default_image),
+            progress_interval=options.progress_interval,
+        ),
+        metrics=OperatorMetrics(),
+    )
+    registry = kopf.OperatorRegistry()
+    register(registry, controller)
+
+    @kopf.on.startup(id="settings", registry=registry)
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure_settings(settings, options)
+
+    @kopf.on.login(id="login", registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(**controller.kube.connection_info())
+
+    return registry, controller
+
+
+async def serve(
+    options: OperatorOptions,
+    kube: Kube | None = None,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: asyncio.Event | None = None,
+    controller_hook: Any = None,
+) -> None:
+    """Run the operator until `stop_flag` (or a signal)."""
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(32, "agents-kube"))
+    registry, controller = build(options, kube)
+    if controller_hook:
+        controller_hook(controller)
+    server = None
+    if options.metrics_port:
+        server, _ = start_http_server(options.metrics_port, registry=controller.metrics.registry)
+        log.info("metrics on :%d/metrics", options.metrics_port)
+    try:
+        await kopf.operator(
+            registry=registry,
+            clusterwide=options.all_namespaces,
+            namespaces=[] if options.all_namespaces else (options.namespaces or ["default"]),
+            standalone=not options.peering,
+            peering_name=options.peering,
+            priority=options.priority,
+            liveness_endpoint=options.liveness,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if server is not None:
+            server.shutdown()
+        controller.kube.close()
+
+
+def run(options: OperatorOptions) -> int:
+    """`agents-operator run`: blocks until SIGINT/SIGTERM."""
+    kopf.configure(
+        verbose=options.verbose,
+        log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    asyncio.run(serve(options))
+    return 0
