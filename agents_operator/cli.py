@@ -71,6 +71,29 @@ def _local(args: argparse.Namespace) -> int:
     return local.run_local(job, logdir.resolve(), video=not args.no_video)
 
 
+def _run(args: argparse.Namespace) -> int:
+    # kopf, the Kubernetes client and aiohttp are imported here only: `agents-operator --help` stays fast.
+    from agents_operator import operator_main
+
+    options = operator_main.OperatorOptions(
+        namespaces=args.namespace or [],
+        all_namespaces=args.all_namespaces,
+        default_image=args.default_image or operator_main.render.DEFAULT_IMAGE,
+        log_format=args.log_format,
+        verbose=args.verbose,
+        peering=args.peering,
+        priority=args.priority,
+        liveness=args.liveness,
+        metrics_port=args.metrics_port,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        progress_interval=args.progress_interval,
+        watch_timeout=args.watch_timeout,
+        request_timeout=args.request_timeout,
+    )
+    return operator_main.run(options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agents-operator",
@@ -114,6 +137,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logdir", help="run directory (default: runs/<job name>)")
     p.add_argument("--no-video", action="store_true", help="skip the GIF of the learned policy at the end")
     p.set_defaults(func=_local)
+
+    p = sub.add_parser(
+        "run",
+        help="run the operator (reconciles AgentsJobs into pods and services)",
+        description="Run the AgentsJob operator against the cluster of the current kubeconfig (or in-cluster "
+        "service account) until SIGINT/SIGTERM.",
+    )
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", help="namespace to serve (repeatable; globs allowed)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace")
+    p.add_argument("--default-image", help="image of replicas whose job names none")
+    p.add_argument("--log-format", choices=["plain", "json"], default="plain", help="log format (default: plain)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--peering", metavar="NAME", help="KopfPeering object for HA: one active replica of many")
+    p.add_argument("--priority", type=int, default=0, help="peering priority (the highest is active)")
+    p.add_argument("--liveness", metavar="URL", help="serve liveness and probes here, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve the operator's Prometheus metrics (0: off)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--progress-interval", type=float, default=30.0, help="seconds between reads of chiefs' metrics")
+    p.add_argument("--watch-timeout", type=float, default=300.0, help="server-side timeout of watch requests (s)")
+    p.add_argument("--request-timeout", type=float, default=60.0, help="timeout of other API requests (s)")
+    p.set_defaults(func=_run)
     return parser
 
 

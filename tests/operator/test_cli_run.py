@@ -1,0 +1,26 @@
+"""`agents-operator run` maps its flags onto OperatorOptions (the operator itself is not started)."""
+
+import subprocess
+import sys
+
+from agents_operator import cli
+
+
+def test_run_flags_reach_the_operator(monkeypatch):
+    from agents_operator import operator_main
+
+    seen = []
+    monkeypatch.setattr(operator_main, "run", lambda options: seen.append(options) or 0)
+    argv = ["run", "-n", "a", "-n", "b", "--log-format", "json", "--peering", "agents", "--metrics-port", "9100"]
+    assert cli.main([*argv, "--liveness", "http://0.0.0.0:8080/healthz", "--default-image", "img:1"]) == 0
+    (options,) = seen
+    assert options.namespaces == ["a", "b"] and not options.all_namespaces
+    assert options.log_format == "json" and options.peering == "agents" and options.metrics_port == 9100
+    assert options.liveness == "http://0.0.0.0:8080/healthz" and options.default_image == "img:1"
+
+
+def test_help_does_not_import_kopf():
+    code = "import sys, agents_operator.cli as c\ntry:\n c.main(['run','--help'])\nexcept SystemExit: pass\n"
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kopf','kubernetes','aiohttp')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("[]")
