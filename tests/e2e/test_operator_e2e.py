@@ -1,0 +1,262 @@
+"""The operator against a real API server: each lifecycle rule of issue 5, one namespace per test.
+
+Skipped unless AGENTS_E2E_KUBECONFIG names a cluster. The API server does what kmock cannot: uids and owner
+references, resourceVersions, label selectors, status subresources with schema pruning, garbage collection
+(where a controller-manager runs), CRD validation.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tests.operator.world import make_job
+
+from .conftest import MERGE, NOWHERE, Operator, wait_for
+
+if not os.environ.get("AGENTS_E2E_KUBECONFIG"):
+    pytest.skip(
+        "AGENTS_E2E_KUBECONFIG is not set: the e2e suite needs a real API server (kind, minikube, kube-apiserver)",
+        allow_module_level=True,
+    )
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+JOBS = "/apis/agents.dev/v1alpha1/namespaces/{ns}/agentsjobs"
+
+
+class Cluster:
+    def __init__(self, kube, namespace: str):
+        self.kube = kube
+        self.ns = namespace
+
+    def create_job(self, name: str = "pj", **kwargs) -> dict:
+        job = make_job(name, uid=None, **kwargs)
+        job["metadata"] = {"name": name}
+        for replica in job["spec"]["replicaSpecs"].values():
+            # No kubelet may run these pods: the test is the kubelet.
+            replica["template"] = {"spec": {"nodeSelector": NOWHERE, "containers": [{"name": "agents"}]}}
+        return self.kube.request("POST", JOBS.format(ns=self.ns), body=job)
+
+    def job(self, name: str = "pj") -> dict | None:
+        from agents_operator import naming
+
+        return self.kube.get(naming.KIND, self.ns, name)
+
+    def status(self, name: str = "pj") -> dict:
+        return (self.job(name) or {}).get("status") or {}
+
+    def state(self, name: str = "pj") -> str | None:
+        return self.status(name).get("state")
+
+    def pods(self, job: str = "pj") -> dict[str, dict]:
+        return {p["metadata"]["name"]: p for p in self.kube.list("Pod", self.ns, {"agents.dev/job-name": job})}
+
+    def live_pods(self, job: str = "pj") -> set[str]:
+        return {n for n, p in self.pods(job).items() if not p["metadata"].get("deletionTimestamp")}
+
+    def services(self, job: str = "pj") -> set[str]:
+        return {s["metadata"]["name"] for s in self.kube.list("Service", self.ns, {"agents.dev/job-name": job})}
+
+    def set_phase(self, pod: str, phase: str, exit_code: int | None = None) -> None:
+        """What a kubelet reports: phase and, for a finished container, its exit code."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status: dict = {"phase": phase}
+        if phase in ("Running", "Succeeded", "Failed"):
+            state = (
+                {"running": {"startedAt": now}}
+                if phase == "Running"
+                else {
+                    "terminated": {
+                        "exitCode": exit_code or 0,
+                        "reason": "Error" if exit_code else "Completed",
+                        "startedAt": now,
+                        "finishedAt": now,
+                    }
+                }
+            )
+            status["containerStatuses"] = [
+                {
+                    "name": "agents",
+                    "image": "agents",
+                    "imageID": "",
+                    "ready": phase == "Running",
+                    "restartCount": 0,
+                    "state": state,
+                }
+            ]
+        self.kube.request(
+            "PATCH", f"/api/v1/namespaces/{self.ns}/pods/{pod}/status", body={"status": status}, content_type=MERGE
+        )
+
+    def run_all(self, job: str = "pj") -> None:
+        for name, pod in self.pods(job).items():
+            if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+                self.set_phase(name, "Running")
+
+    def started(self, name: str = "pj", **kwargs) -> None:
+        self.create_job(name, **kwargs)
+        expected = 3 if kwargs.get("workers", 2) == 2 and kwargs.get("ps", 1) == 1 else None
+        wait_for(lambda: len(self.live_pods(name)) == (expected or len(self.live_pods(name)) or -1), 60, "pods")
+        self.run_all(name)
+        wait_for(lambda: self.state(name) == "Running", 60, "Running")
+
+    def events(self, reason: str) -> list[dict]:
+        items = self.kube.request("GET", f"/api/v1/namespaces/{self.ns}/events").get("items") or []
+        return [e for e in items if e.get("reason") == reason]
+
+
+@pytest.fixture
+def cluster(kube, namespace, operator) -> Cluster:
+    return Cluster(kube, namespace)
+
+
+def test_create_makes_every_child_with_owner_references(cluster):
+    job = cluster.create_job()
+    wait_for(lambda: cluster.live_pods() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "pods")
+    wait_for(lambda: cluster.services() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "services")
+    for pod in cluster.pods().values():
+        (owner,) = pod["metadata"]["ownerReferences"]
+        assert owner["uid"] == job["metadata"]["uid"] and owner["controller"] is True
+    wait_for(lambda: cluster.state() == "Created", 30, "Created")
+    st = cluster.status()
+    assert st["observedGeneration"] == 1 and st["startTime"]
+    assert not any(k.startswith("kopf") for k in st)
+    wait_for(lambda: len(cluster.events("SuccessfulCreate")) >= 6, 30, "events")
+    cluster.run_all()
+    wait_for(lambda: cluster.state() == "Running", 60, "Running")
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "replaced"),
+    [
+        ("OnFailure", 1, True),
+        ("Always", 1, True),
+        ("ExitCode", 137, True),
+        ("ExitCode", 1, False),
+        ("Never", 137, False),
+    ],
+)
+def test_restart_policies(cluster, policy, exit_code, replaced):
+    cluster.started(restart=policy)
+    cluster.set_phase("pj-worker-1", "Failed", exit_code)
+    if replaced:
+        wait_for(lambda: cluster.status().get("restarts") == 1, 60, "restart counted")
+        wait_for(
+            lambda: (cluster.pods().get("pj-worker-1", {}).get("status") or {}).get("phase") == "Pending",
+            60,
+            "replacement",
+        )
+        cluster.set_phase("pj-worker-1", "Running")
+        wait_for(lambda: cluster.state() == "Running", 60, "Running again")
+        assert cluster.status()["restarts"] == 1
+    else:
+        wait_for(lambda: cluster.state() == "Failed", 60, "Failed")
+        assert cluster.status()["restarts"] == 0
+        wait_for(lambda: cluster.live_pods() == {"pj-worker-1"}, 60, "cleanup keeps the failed pod")
+
+
+def test_backoff_limit_bounds_restarts(cluster):
+    cluster.started(backoff=1)
+    cluster.set_phase("pj-worker-1", "Failed", 137)
+    wait_for(lambda: cluster.status().get("restarts") == 1, 60, "first restart")
+    wait_for(
+        lambda: (cluster.pods().get("pj-worker-1", {}).get("status") or {}).get("phase") == "Pending", 60, "replacement"
+    )
+    cluster.set_phase("pj-worker-1", "Running")
+    cluster.set_phase("pj-ps-0", "Failed", 137)
+    wait_for(lambda: cluster.state() == "Failed", 60, "Failed")
+    assert cluster.status()["conditions"][-1]["reason"] == "BackoffLimitExceeded"
+
+
+def test_success_deletes_the_ps_and_running_workers(cluster):
+    cluster.started()
+    cluster.set_phase("pj-worker-0", "Succeeded", 0)
+    wait_for(lambda: cluster.state() == "Succeeded", 60, "Succeeded")
+    wait_for(lambda: cluster.live_pods() == {"pj-worker-0"}, 60, "ps and running worker deleted")
+    wait_for(lambda: cluster.services() == set(), 60, "services deleted")
+    assert cluster.status()["replicaStatuses"]["worker"]["succeeded"] == 1
+
+
+def test_suspend_and_resume(cluster, kube):
+    cluster.started()
+    kube.request(
+        "PATCH", f"{JOBS.format(ns=cluster.ns)}/pj", body={"spec": {"runPolicy": {"suspend": True}}}, content_type=MERGE
+    )
+    wait_for(lambda: cluster.state() == "Suspended", 60, "Suspended")
+    wait_for(lambda: cluster.live_pods() == set(), 60, "pods deleted")
+    kube.request(
+        "PATCH",
+        f"{JOBS.format(ns=cluster.ns)}/pj",
+        body={"spec": {"runPolicy": {"suspend": False}}},
+        content_type=MERGE,
+    )
+    wait_for(lambda: len(cluster.live_pods()) == 3, 60, "pods recreated")
+
+
+def test_active_deadline(cluster):
+    cluster.started(deadline=5)
+    wait_for(lambda: cluster.state() == "Failed", 60, "DeadlineExceeded")
+    assert cluster.status()["conditions"][-1]["reason"] == "DeadlineExceeded"
+    wait_for(lambda: cluster.live_pods() == set(), 60, "running pods deleted")
+
+
+def test_ttl_after_finished_deletes_the_job(cluster):
+    cluster.started(ttl=3)
+    cluster.set_phase("pj-worker-0", "Succeeded", 0)
+    wait_for(lambda: cluster.job() is None, 60, "job deleted by its TTL")
+    wait_for(lambda: cluster.live_pods() == set(), 60, "children gone (GC or the operator)")
+
+
+def test_pod_deleted_by_hand_is_recreated_and_not_counted(cluster, kube):
+    cluster.started()
+    kube.delete("Pod", cluster.ns, "pj-ps-0")
+    wait_for(lambda: (cluster.pods().get("pj-ps-0", {}).get("status") or {}).get("phase") == "Pending", 60, "recreated")
+    assert cluster.status()["restarts"] == 0
+
+
+def test_invalid_spec_fails_with_invalid_spec(cluster):
+    cluster.create_job("bad", preset="no_such_preset")
+    wait_for(lambda: cluster.state("bad") == "Failed", 60, "Failed")
+    assert cluster.status("bad")["conditions"][-1]["reason"] == "InvalidSpec"
+    assert cluster.events("InvalidSpec")
+    assert cluster.pods("bad") == {}
+
+
+def test_operator_restart_mid_reconcile_leaves_no_duplicates_or_orphans(cluster, operator, namespace, kube):
+    operator.stop()
+    cluster.create_job()
+    second = Operator(namespace).start()
+    try:
+        wait_for(lambda: len(cluster.pods()) >= 1, 60, "the first pod")
+        second.stop()  # stopped while creating
+        third = Operator(namespace).start()
+        try:
+            wait_for(lambda: cluster.live_pods() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "all pods")
+            wait_for(lambda: cluster.services() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "all services")
+            cluster.run_all()
+            wait_for(lambda: cluster.state() == "Running", 60, "Running")
+            # A failure counted (marker on the pod) by an operator that stopped before writing status:
+            third.stop()
+            kube.annotate("Pod", namespace, "pj-worker-1", {"agents.dev/restart-counted": "1"})
+            cluster.set_phase("pj-worker-1", "Failed", 137)
+            fourth = Operator(namespace).start()
+            try:
+                wait_for(lambda: cluster.status().get("restarts") == 1, 60, "restart counted once")
+                time.sleep(3)
+                assert cluster.status()["restarts"] == 1
+            finally:
+                fourth.stop()
+        finally:
+            third.stop()
+    finally:
+        second.stop()
+    operator.start()  # the fixture stops it again
+
+
+def test_deleting_the_job_leaves_no_orphans(cluster, kube):
+    cluster.started()
+    kube.delete("AgentsJob", cluster.ns, "pj")
+    wait_for(lambda: cluster.live_pods() == set() and cluster.services() == set(), 60, "children gone")
