@@ -204,9 +204,14 @@ def test_operator_args_are_accepted_by_the_cli(rendered, scenario):
 def test_args_follow_the_values(rendered):
     cluster = _container(rendered["cluster"])["args"]
     assert "--all-namespaces" in cluster and not any(a.startswith("--peering") for a in cluster)
-    assert f"--image=agents-operator:{__version__}" in cluster
+    assert f"--default-image=agents-operator:{__version__}" in cluster
     everything = _container(rendered["cluster-ha-everything"])["args"]
-    for arg in ("--peering=agents-operator", "--log-format=json", "--verbose", "--image=registry.example/agents:gpu"):
+    for arg in (
+        "--peering=agents-operator",
+        "--log-format=json",
+        "--verbose",
+        "--default-image=registry.example/agents:gpu",
+    ):
         assert arg in everything
     namespaced = _container(rendered["namespaced"])["args"]
     assert "--namespace=team-a" in namespaced and "--namespace=team-b" in namespaced
