@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from agents_operator import __version__
+from agents_operator.trainer import commands as trainer_commands
 
 
 def _crd(args: argparse.Namespace) -> int:
@@ -160,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch-timeout", type=float, default=300.0, help="server-side timeout of watch requests (s)")
     p.add_argument("--request-timeout", type=float, default=60.0, help="timeout of other API requests (s)")
     p.set_defaults(func=_run)
+
+    trainer_commands.register(sub)
     return parser
 
 

@@ -119,6 +119,8 @@ class Tracker:
         if not metrics:
             return
         now, steps = time.monotonic(), metrics.get(scrape.ENV_STEPS, 0.0)
+        if self.last and steps == self.last.get(scrape.ENV_STEPS):
+            return  # nothing new: the chief is between iterations, or done
         if self._first is None:
             self._first = (now, steps)
         elif now > self._first[0]:

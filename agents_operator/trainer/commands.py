@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from agents_operator import presets
+from agents_operator import naming, presets, tfconfig
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints, rundir
 
@@ -94,10 +94,18 @@ def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Calla
 
 def run_train(args: argparse.Namespace) -> int:
     config = resolve_train_config(args.config, args.overrides, args.logdir, args.resume)
+    try:
+        tf_config = tfconfig.from_env(os.environ)
+    except tfconfig.TFConfigError as error:
+        raise UsageError(f"{tfconfig.ENV_VAR}: {error}") from None
     _quiet_tensorflow()
-    from agents_operator.trainer import loop
+    from agents_operator.trainer import distributed, loop
 
-    result = loop.train(config, args.logdir)
+    if tf_config is not None and tf_config.task_type == naming.PS:
+        return distributed.run_ps(tf_config, config.threads)
+    # A TF_CONFIG without parameter servers is a single worker: train locally.
+    cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
+    result = loop.train(config, args.logdir, cluster=cluster)
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 

@@ -33,6 +33,14 @@ from agents_operator.tfconfig import TFConfig
 log = logging.getLogger(__name__)
 
 DONE_QUEUE = "agents_done_queue_{}"
+LOST_CONNECTION = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.FailedPreconditionError,
+    tf.errors.CancelledError,
+)
+"""What a session run raises when a ps went away (or came back empty): reconnect, then carry on."""
+GONE_TIMEOUT_SECONDS = 900.0
 WAIT_INITIAL_SECONDS = 0.5
 WAIT_MAX_SECONDS = 10.0
 READY_POLL_SECONDS = 0.5
@@ -110,6 +118,35 @@ def wait_for(name: str, address: str, sleep: Callable[[float], None] = time.slee
             reported = reason
         sleep(delay)
         delay = min(delay * 2, WAIT_MAX_SECONDS)
+
+
+def wait_until_gone(addresses: list[str], note: Callable[[str], None], timeout: float = GONE_TIMEOUT_SECONDS) -> None:
+    """Block until nothing listens on any of `addresses` (those replicas have exited), or `timeout`."""
+    deadline = time.monotonic() + timeout
+    remaining = list(addresses)
+    if remaining:
+        note(f"waiting for {len(remaining)} other worker(s) to finish")
+    while remaining and time.monotonic() < deadline:
+        remaining = [a for a in remaining if _listening(a)]
+        if remaining:
+            time.sleep(READY_POLL_SECONDS)
+    if remaining:
+        note(f"gave up waiting after {timeout:.0f} s for: {', '.join(remaining)}")
+
+
+def _listening(address: str) -> bool:
+    host, port = _split(address)
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of a TensorFlow error message (they run to pages)."""
+    text = str(getattr(error, "message", "") or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def start_server(tf_config: TFConfig, threads: int) -> tf.distribute.Server:

@@ -18,7 +18,7 @@ from typing import TextIO
 import numpy as np
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import checkpoints, rundir
+from agents_operator.trainer import checkpoints, distributed, rundir
 from agents_operator.trainer.learner import Batch, Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.normalize import Normalizer
@@ -98,52 +98,88 @@ class Sampler:
         return batch, episode_returns, episode_lengths
 
 
-def train(config: TrainerConfig, logdir: Path, stream: TextIO | None = None) -> RunResult:
-    """Train (or continue training) in `logdir` until `total_steps`; see the module docstring."""
+def train(
+    config: TrainerConfig,
+    logdir: Path,
+    stream: TextIO | None = None,
+    cluster: distributed.Cluster | None = None,
+) -> RunResult:
+    """Train (or continue training) in `logdir` until `total_steps`; see the module docstring.
+
+    With a `cluster` this process is one worker of a parameter-server job: the shared variables live on
+    the ps tasks, and only the chief writes config.yaml, checkpoints, summaries, evaluations and metrics.
+    """
     from agents_operator.trainer.envs import BatchEnv
 
     started = time.monotonic()
     logdir = Path(logdir)
-    rundir.write_config(logdir, config)
+    chief = cluster is None or cluster.is_chief
+    worker = cluster.tf_config.task_index if cluster else 0
+    if chief:
+        rundir.write_config(logdir, config)
     with contextlib.ExitStack() as stack:
         batch_env = stack.enter_context(
             BatchEnv(
                 config.env_id,
                 config.envs_per_worker,
                 envs_per_process=config.envs_per_process,
-                seed=config.seed,
+                seed=config.seed + worker * config.envs_per_worker,
                 max_episode_steps=config.max_episode_steps,
             )
         )
-        learner = Learner(config, vector_size(batch_env.observation_shape), vector_size(batch_env.action_shape))
+        target = ""
+        if cluster is not None:
+            for name, address in cluster.peers():
+                distributed.wait_for(name, address)
+            target = distributed.start_server(cluster.tf_config, config.threads).target
+        obs_dim, act_dim = vector_size(batch_env.observation_shape), vector_size(batch_env.action_shape)
+        learner = Learner(config, obs_dim, act_dim, cluster, target)
         stack.callback(learner.close)
-        outputs = _Outputs(config, logdir, stream)
+        outputs = _Outputs(config, logdir, stream, chief)
         stack.callback(outputs.close)
 
+        def initialize() -> LearnerState:
+            """The run's state from its latest checkpoint, or a fresh one."""
+            restored = checkpoints.restore_latest(learner, logdir)
+            if restored:
+                outputs.progress.note(f"resumed from {restored[1]} at {restored[0].env_steps} env steps")
+                return restored[0]
+            return learner.initialize()
+
         env = TrainingEnv(batch_env, config)
-        restored = checkpoints.restore_latest(learner, logdir)
-        state = restored[0] if restored else learner.initialize()
-        if restored:
-            outputs.progress.note(f"resumed from {restored[1]} at {state.env_steps} env steps")
+        if cluster is None:
+            state = initialize()
+        else:
+            learner.join(initialize)
+            state = learner.state()
         _share_statistics(env, state)
-        rng = np.random.default_rng([config.seed, state.iterations])
+        rng = np.random.default_rng([config.seed, worker, state.iterations])
         sampler = Sampler(env, config, rng)
         result = outputs.result
-        while state.env_steps < config.total_steps:
+        while not _finished(state, config, cluster):
             begin = time.monotonic()
             batch, episode_returns, episode_lengths = sampler.collect(state.policy)
             sampled = time.monotonic()
-            losses = learner.update(batch, rng)
-            state, finish = learner.finish_iteration(
-                batch, len(batch), env.observations.take_pending(), env.rewards.statistics.take_pending()
-            )
+            try:
+                losses = learner.update(batch, rng)
+                state, finish = learner.finish_iteration(
+                    batch, len(batch), env.observations.take_pending(), env.rewards.statistics.take_pending()
+                )
+            except distributed.LOST_CONNECTION as error:
+                if cluster is None:
+                    raise
+                outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
+                learner.reconnect(initialize)
+                state = learner.state()
+                _share_statistics(env, state)
+                continue
             _share_statistics(env, state)
             result.sampling_steps += len(batch)
             result.sampling_seconds += sampled - begin
-            done = state.env_steps >= config.total_steps
-            if config.eval_every and (state.iterations % config.eval_every == 0 or done):
+            done = _finished(state, config, cluster)
+            if chief and config.eval_every and (state.iterations % config.eval_every == 0 or done):
                 outputs.evaluate(state, env.observations)
-            if state.iterations % config.checkpoint_every == 0 or done:
+            if chief and (state.iterations % config.checkpoint_every == 0 or done):
                 outputs.progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
             outputs.iteration(
                 state,
@@ -154,9 +190,35 @@ def train(config: TrainerConfig, logdir: Path, stream: TextIO | None = None) -> 
                 sampling_seconds=sampled - begin,
                 seconds=time.monotonic() - begin,
             )
+        if cluster is not None:
+            state = _leave_cluster(cluster, learner, logdir, outputs.progress)
         result.env_steps, result.iterations = state.env_steps, state.iterations
         result.wall_seconds = time.monotonic() - started
         return result
+
+
+def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.Cluster | None) -> bool:
+    if cluster is not None and config.mode == "sync" and cluster.num_workers > 1:
+        # Each synchronous update is one iteration of every worker: all of them stop after the same one.
+        return state.global_step >= config.updates(cluster.num_workers)
+    return state.env_steps >= config.total_steps
+
+
+def _leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:
+    """End this worker's part in the job; the chief leaves last and saves the final state.
+
+    The chief keeps its session (and, in sync mode, the queue runner that applies aggregated gradients)
+    until every other worker has left, so that none is left waiting for an update; then it checkpoints
+    what they all learned.
+    """
+    if cluster.is_chief:
+        own = cluster.tf_config.task_index
+        others = [a for i, a in enumerate(cluster.tf_config.cluster["worker"]) if i != own]
+        distributed.wait_until_gone(others, progress.note)
+        state = learner.state()
+        progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
+    learner.finish()
+    return learner.state()
 
 
 def _share_statistics(env: TrainingEnv, state: LearnerState) -> None:
@@ -168,10 +230,11 @@ def _share_statistics(env: TrainingEnv, state: LearnerState) -> None:
 class _Outputs:
     """Where an iteration is reported: summaries, Prometheus metrics, progress, the `RunResult`; and evaluation."""
 
-    def __init__(self, config: TrainerConfig, logdir: Path, stream: TextIO | None):
+    def __init__(self, config: TrainerConfig, logdir: Path, stream: TextIO | None, chief: bool = True):
         self.config = config
-        self.writer = SummaryWriter(logdir)
-        self.metrics = Metrics(config.metrics_port)
+        # Only the chief writes summaries and serves metrics; other workers report progress in their logs.
+        self.writer = SummaryWriter(logdir) if chief else None
+        self.metrics = Metrics(config.metrics_port if chief else 0)
         self.progress = Progress(config.total_steps, stream)
         self.result = RunResult(0, 0)
         self._eval_env = None
@@ -186,6 +249,12 @@ class _Outputs:
         sampling_seconds: float,
         seconds: float,
     ) -> None:
+        mean_return = float(np.mean(episode_returns)) if episode_returns else None
+        if mean_return is not None:
+            self.result.train_returns.append((state.env_steps, mean_return))
+        self.progress.update(state.env_steps, mean_return, steps / seconds)
+        if self.writer is None:
+            return
         values = {
             "loss/policy": losses["policy_loss"],
             "loss/value": losses["value_loss"],
@@ -200,12 +269,9 @@ class _Outputs:
             "perf/env_steps_per_second": steps / seconds,
             "perf/sampling_steps_per_second": steps / sampling_seconds,
         }
-        mean_return = None
-        if episode_returns:
-            mean_return = float(np.mean(episode_returns))
+        if mean_return is not None:
             values["train/mean_return"] = mean_return
             values["train/mean_length"] = float(np.mean(episode_lengths))
-            self.result.train_returns.append((state.env_steps, mean_return))
             self.metrics.mean_return.set(mean_return)
         self.writer.scalars(state.env_steps, values)
         self.writer.flush()
@@ -213,7 +279,6 @@ class _Outputs:
         self.metrics.env_steps.set(state.env_steps)
         self.metrics.iterations.set(state.iterations)
         self.metrics.steps_per_second.set(steps / seconds)
-        self.progress.update(state.env_steps, mean_return, steps / seconds)
 
     def evaluate(self, state: LearnerState, observations: Normalizer) -> None:
         from agents_operator.trainer.envs import make_env
@@ -238,6 +303,7 @@ class _Outputs:
     def close(self) -> None:
         self.progress.close()
         self.metrics.close()
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
         if self._eval_env is not None:
             self._eval_env.close()
