@@ -6,6 +6,8 @@ the resolved config is what every run saves as `config.yaml`.
 
 from __future__ import annotations
 
+import copy
+import functools
 from importlib import resources
 from typing import Any
 
@@ -24,7 +26,13 @@ def load(name: str) -> dict[str, Any]:
     """The raw data of preset `name`; KeyError names the known presets when it does not exist."""
     if name not in names():
         raise KeyError(f"unknown preset {name!r} (known: {', '.join(names())})")
-    return yaml.safe_load(resources.files(__name__).joinpath(f"{name}.yaml").read_text()) or {}
+    return copy.deepcopy(_parse(resources.files(__name__).joinpath(f"{name}.yaml").read_text()))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(text: str) -> dict[str, Any]:
+    """YAML parsing dominated the operator's reconcile (render asks for the config per child): cached by text."""
+    return yaml.safe_load(text) or {}
 
 
 def resolve(name: str, overrides: dict[str, Any] | None = None) -> TrainerConfig:
