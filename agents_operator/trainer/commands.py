@@ -103,6 +103,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if tf_config is not None and tf_config.task_type == naming.PS:
         return distributed.run_ps(tf_config, config.threads)
+    _check_env_id(config.env_id)
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
     result = loop.train(config, args.logdir, cluster=cluster)
@@ -203,6 +204,18 @@ def describe(error: ValidationError) -> str:
             message += f" (got {e['input']!r})"
         parts.append(f"{where}: {message}" if where else message)
     return "invalid config: " + "; ".join(parts)
+
+
+def _check_env_id(env_id: str) -> None:
+    """Make the environment once here, so an unknown id is one line and not a worker's traceback."""
+    import gymnasium
+
+    from agents_operator.trainer.envs import make_env
+
+    try:
+        make_env(env_id).close()
+    except (gymnasium.error.Error, ModuleNotFoundError) as error:
+        raise UsageError(f"env_id {env_id!r}: {error}") from None
 
 
 def _saved_config(logdir: Path) -> TrainerConfig:

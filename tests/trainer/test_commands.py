@@ -30,6 +30,7 @@ def _error(capsys, *argv):
         (["--config", "pendulum", "--set", "minibatches=7"], "minibatches (7) must divide"),
         (["--config", "pendulum", "--set", "epochs=[1"], "--set epochs: '[1' is not a YAML value"),
         ([], "--config PRESET is required to start a run"),
+        (["--config", "pendulum", "--set", "env_id=Nope-v0"], "env_id 'Nope-v0': Environment `Nope` doesn't exist"),
     ],
 )
 def test_train_usage_errors(capsys, tmp_path, argv, expected):
