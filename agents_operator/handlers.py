@@ -3,8 +3,8 @@
 Nothing here decides anything: `reconcile.plan` does, from the indexes (kopf keeps them current from its
 watches; no listing inside handlers). What this module adds is what a pure function cannot know:
 
-- triggers: job created/resumed/spec changed, any event of a job's pod, Service or Deployment, a timer, and
-  the wake-up a plan asks for (deadline, TTL);
+- triggers: job created/resumed/spec changed, any event of a job's pod, Service or Deployment, a periodic
+  resync (which also reads progress), and the wake-up a plan asks for (deadline, TTL);
 - one reconcile at a time per job (an asyncio lock), with bursts of pod events coalesced into one rerun;
 - the operator's own recent writes, remembered until the watch delivers them (`JobMemory`), so that a stale
   cache neither counts a failure twice nor rewinds the status;
@@ -251,6 +251,26 @@ class Controller:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def resync_loop(self) -> None:
+        """Every progress_interval: read the progress of running jobs and resync every job.
+
+        One loop for all jobs rather than a kopf timer per job: kopf puts a finalizer on every object with a
+        timer, and a finalizer would make jobs undeletable while the operator is down.
+        """
+        while True:
+            await asyncio.sleep(self.options.progress_interval)
+            jobs = self.indexes.get("agents_jobs")
+            if jobs is None:
+                continue
+            keys = list(jobs.keys())
+            await asyncio.gather(*(self._resync(key) for key in keys), return_exceptions=True)
+
+    async def _resync(self, key: Key) -> None:
+        try:
+            await self.read_progress(key)
+        finally:
+            self.kick(key)  # catches anything a lost watch event would have told
+
     # --- progress ------------------------------------------------------------------------------------------
 
     async def read_progress(self, key: Key) -> dict | None:
@@ -384,12 +404,6 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         if type == "DELETED":
             controller.forget((namespace, name))
             controller.kick((namespace, name))  # the children of a job that is gone: cleaned up as orphans
-
-    @kopf.timer(*JOBS, id="progress", interval=controller.options.progress_interval, registry=registry)
-    async def job_timer(namespace: str, name: str, **kwargs: Any) -> None:
-        controller.remember_indexes(kwargs)
-        await controller.read_progress((namespace, name))
-        controller.kick((namespace, name))  # resync: catches anything a lost watch event would have told
 
     async def _child_event(body: kopf.Body, kwargs: dict) -> None:
         controller.remember_indexes(kwargs)

@@ -18,6 +18,7 @@ import socket
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -83,6 +84,7 @@ class Kube:
         self.api = api
         self.timeout = timeout
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
+        self.pool = ThreadPoolExecutor(16, thread_name_prefix="kube")
 
     @classmethod
     def connect(
@@ -103,6 +105,7 @@ class Kube:
         return cls(kubernetes.client.ApiClient(config), timeout=timeout)
 
     def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
         self.api.close()
 
     def connection_info(self) -> dict[str, Any]:
@@ -250,33 +253,50 @@ class Kube:
     # --- plans -----------------------------------------------------------------------------------------------
 
     def execute(self, job: dict, plan: reconcile.Plan, now: datetime | None = None) -> Outcome:
-        """Carry out a plan's actions in order, then post its Events. Raises ApiError on anything unexpected
-        (the caller retries with a fresh plan: every action is safe to repeat)."""
+        """Carry out a plan: markers, then status, then deletes, then creates (Services before Pods), then the
+        job's deletion; then its Events. Actions of one kind run in parallel (they are independent). Raises
+        ApiError on anything unexpected: the caller retries with a fresh plan, every action being safe to repeat."""
         meta = job["metadata"]
         namespace, name = meta.get("namespace") or "default", meta["name"]
         outcome = Outcome()
-        for action in plan.actions:
-            match action:
-                case reconcile.MarkCounted(pod=pod, restarts=n):
-                    self.annotate("Pod", namespace, pod, {status.ANNOTATION_COUNTED: str(n)})
-                case reconcile.WriteStatus(patch=patch):
-                    if self.patch_status(namespace, name, patch) is None:
-                        outcome.job_gone = True
-                        return outcome
-                    outcome.status_written = True
-                case reconcile.Delete(kind=kind, name=child, reason=reason, grace_seconds=grace):
-                    if self.delete(kind, namespace, child, grace):
-                        outcome.deleted[kind] += 1
-                        self.post_event(job, "Normal", "SuccessfulDelete", f"Deleted {kind.lower()} {child}: {reason}")
-                case reconcile.Create(obj=obj):
-                    if self.create(obj):
-                        outcome.created[action.kind] += 1
-                        self.post_event(
-                            job, "Normal", "SuccessfulCreate", f"Created {action.kind.lower()} {action.name}"
-                        )
-                case reconcile.DeleteJob(reason=reason):
-                    self.post_event(job, "Normal", "Deleted", f"Deleting the job: {reason}")
-                    outcome.job_deleted = self.delete(naming.KIND, namespace, name)
-        for event in plan.events:
-            self.post_event(job, event.type, event.reason, event.message, now)
+        events: list[tuple[str, str, str]] = []
+
+        marks = plan.of(reconcile.MarkCounted)
+        self._parallel(
+            lambda a: self.annotate("Pod", namespace, a.pod, {status.ANNOTATION_COUNTED: str(a.restarts)}), marks
+        )
+        for action in plan.of(reconcile.WriteStatus):
+            if self.patch_status(namespace, name, action.patch) is None:
+                outcome.job_gone = True
+                return outcome
+            outcome.status_written = True
+
+        deletes = plan.of(reconcile.Delete)
+        for action, deleted in zip(
+            deletes,
+            self._parallel(lambda a: self.delete(a.kind, namespace, a.name, a.grace_seconds), deletes),
+            strict=True,
+        ):
+            if deleted:
+                outcome.deleted[action.kind] += 1
+                events.append(
+                    ("Normal", "SuccessfulDelete", f"Deleted {action.kind.lower()} {action.name}: {action.reason}")
+                )
+        creates = plan.of(reconcile.Create)
+        for batch in ([c for c in creates if c.kind != "Pod"], [c for c in creates if c.kind == "Pod"]):
+            for action, created in zip(batch, self._parallel(lambda a: self.create(a.obj), batch), strict=True):
+                if created:
+                    outcome.created[action.kind] += 1
+                    events.append(("Normal", "SuccessfulCreate", f"Created {action.kind.lower()} {action.name}"))
+        for action in plan.of(reconcile.DeleteJob):
+            events.append(("Normal", "Deleted", f"Deleting the job: {action.reason}"))
+            outcome.job_deleted = self.delete(naming.KIND, namespace, name)
+        events += [(e.type, e.reason, e.message) for e in plan.events]
+        self._parallel(lambda e: self.post_event(job, e[0], e[1], e[2], now), events)
         return outcome
+
+    def _parallel(self, fn: Any, items: list) -> list:
+        """fn over items on the client's threads, results in order; the first error is raised."""
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        return list(self.pool.map(fn, items))

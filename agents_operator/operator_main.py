@@ -112,7 +112,6 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
     settings.posting.enabled = options.post_kopf_events
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 32
-    settings.background.instant_exit_timeout = 1.0  # timers stop at once when the operator exits
     if options.peering:
         settings.peering.name = options.peering
         settings.peering.priority = options.priority
@@ -162,6 +161,7 @@ async def serve(
     if options.metrics_port:
         server, _ = start_http_server(options.metrics_port, registry=controller.metrics.registry)
         log.info("metrics on :%d/metrics", options.metrics_port)
+    resync = asyncio.create_task(controller.resync_loop(), name="agents resync")
     try:
         await kopf.operator(
             registry=registry,
@@ -175,6 +175,9 @@ async def serve(
             ready_flag=ready_flag,
         )
     finally:
+        resync.cancel()
+        await asyncio.gather(resync, return_exceptions=True)
+        await controller.shutdown()
         if server is not None:
             server.shutdown()
         controller.kube.close()

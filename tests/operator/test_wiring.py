@@ -22,7 +22,7 @@ from agents_operator.handlers import Controller
 
 from .world import make_job
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.timeout(60)
 
 JOBS = "agents.dev/v1alpha1/agentsjobs"
 
@@ -106,10 +106,10 @@ class Cluster:
             await asyncio.sleep(0.05)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture
 async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller]]:
-    """One emulated API server and one operator for the module (starting kopf takes seconds); every test
-    works in a namespace of its own."""
+    """A fresh emulated API server and operator per test (kmock's cost per request grows with every request
+    it has served, so a shared one slows down test after test)."""
     async with kmock.KubernetesEmulator() as server, kmock.Server(server):
         for resource, kind in (
             (JOBS, naming.KIND),
@@ -161,7 +161,7 @@ async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller
             assert not thread.is_alive(), "the operator did not stop"
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture
 async def cluster(operator, request) -> AsyncIterator[Cluster]:
     server, controller = operator
     cluster = Cluster(server, controller, namespace=f"t{abs(hash(request.node.name)) % 10**8}")

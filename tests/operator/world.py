@@ -49,6 +49,7 @@ def make_job(
     }
     if tensorboard:
         spec["tensorboard"] = {"enabled": True}
+    if tensorboard or evaluator:  # both read the run directory from a shared claim
         spec["storage"] = {"persistentVolumeClaim": {"claimName": "runs"}}
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "generation": 1}
     if uid:
