@@ -144,9 +144,10 @@ def _listening(address: str) -> bool:
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of a TensorFlow error message (they run to pages)."""
-    text = str(getattr(error, "message", "") or error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The error's type and its most telling line (TensorFlow's messages run to pages)."""
+    lines = [line.strip() for line in str(getattr(error, "message", "") or error).splitlines()]
+    telling = [line for line in lines if line and not line.startswith(("Graph execution error", "Detected at node"))]
+    return f"{type(error).__name__}: {telling[0][:200]}" if telling else type(error).__name__
 
 
 def start_server(tf_config: TFConfig, threads: int) -> tf.distribute.Server:
