@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
+import socket
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +42,8 @@ class OperatorOptions:
     peering: str | None = None
     """KopfPeering name for HA (replicas with the same name elect one active); None: standalone."""
     priority: int = 0
+    """Peering priority; 0 with peering: derived from the pod's name, so that replicas never tie (kopf pauses
+    every operator when two live peers have the same priority)."""
     liveness: str | None = None
     """e.g. http://0.0.0.0:8080/healthz: kopf serves liveness there, with the probes' results."""
     metrics_port: int = 0
@@ -114,10 +119,17 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
     settings.execution.max_workers = 32
     if options.peering:
         settings.peering.name = options.peering
-        settings.peering.priority = options.priority
+        settings.peering.priority = peering_priority(options)
         settings.peering.standalone = False
     else:
         settings.peering.standalone = True
+
+
+def peering_priority(options: OperatorOptions) -> int:
+    if options.priority:
+        return options.priority
+    instance = os.environ.get("POD_NAME") or socket.gethostname()
+    return 1 + zlib.crc32(instance.encode()) % 1_000_000
 
 
 def build(options: OperatorOptions, kube: Kube | None = None) -> tuple[kopf.OperatorRegistry, Controller]:
@@ -169,7 +181,7 @@ async def serve(
             namespaces=[] if options.all_namespaces else (options.namespaces or ["default"]),
             standalone=not options.peering,
             peering_name=options.peering,
-            priority=options.priority,
+            priority=peering_priority(options) if options.peering else 0,
             liveness_endpoint=options.liveness,
             stop_flag=stop_flag,
             ready_flag=ready_flag,

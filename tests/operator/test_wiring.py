@@ -193,6 +193,7 @@ async def test_job_creates_children_status_and_events(cluster):
     st = cluster.job_status()
     assert st["replicaStatuses"]["worker"] == {"active": 2, "succeeded": 0, "failed": 0}
     assert "kopf" not in st  # kopf's bookkeeping is in annotations, not in the declared status
+    assert not cluster.job()["metadata"].get("finalizers")  # deletable while the operator is down
     await cluster.until(lambda: ("JobRunning", "every ps and worker is running") in cluster.events(), what="event")
 
 
