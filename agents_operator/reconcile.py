@@ -244,6 +244,9 @@ def plan(
             st.completion_time = status.timestamp(now)
         return b.finish(old)
 
+    if meta.get("deletionTimestamp"):
+        return Plan(actions=[], status=old)  # being deleted: creating children now would fight the GC
+
     uid = meta.get("uid")
     run = spec_job.spec.run_policy
     expected = render.replicas(spec_job)

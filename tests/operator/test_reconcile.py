@@ -449,3 +449,10 @@ def test_requeue_and_delete_job():
     job = make_job(ttl=0, job_status={"conditions": [{"type": "Succeeded", "status": "True"}]})
     plan = reconcile.plan(job, [], now=NOW)
     assert plan.of(DeleteJob)
+
+
+def test_a_job_being_deleted_is_left_alone():
+    job = make_job()
+    job["metadata"]["deletionTimestamp"] = "2030-01-01T11:00:00Z"
+    plan = reconcile.plan(job, [], now=NOW)
+    assert plan.actions == [] and plan.events == []
