@@ -103,6 +103,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     if tf_config is not None and tf_config.task_type == naming.PS:
         return distributed.run_ps(tf_config, config.threads)
+    if tf_config is not None and tf_config.task_type == naming.EVALUATOR:
+        from agents_operator.trainer import evaluator
+
+        return evaluator.run(config, args.logdir)
     _check_env_id(config.env_id)
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None

@@ -102,3 +102,44 @@ def test_two_synchronous_workers_learn_pendulum(tmp_path):
     assert first < -900, train[:3]
     assert last > -500, evals
     assert "every worker finished: ps 0 exits" in log(tmp_path, "ps-0", "learn")
+
+
+def test_the_evaluator_scores_the_chiefs_checkpoints(tmp_path):
+    job = parse_job(
+        {
+            "apiVersion": "agents.dev/v1alpha1",
+            "kind": "AgentsJob",
+            "metadata": {"name": "evals"},
+            "spec": {
+                "trainer": {
+                    "preset": "pendulum",
+                    "totalSteps": 8_000,
+                    "envsPerWorker": 2,
+                    "envsPerProcess": 2,
+                    "rolloutSteps": 256,
+                    "minibatches": 4,
+                    "epochs": 2,
+                    "evalEvery": 0,
+                    "evalEpisodes": 2,
+                    "checkpointEvery": 2,
+                },
+                "replicaSpecs": {"ps": {}, "worker": {"replicas": 1}, "evaluator": {}},
+                "storage": {"persistentVolumeClaim": {"claimName": "runs"}},
+                "successPolicy": "AllWorkers",
+            },
+        }
+    )
+    launcher = local.Launcher(job, tmp_path)
+    evaluator = launcher.replicas[-1]
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("value", launcher.run()))
+    thread.start()
+    try:
+        wait_until(lambda: evaluator.exit_code is not None or outcome, 300, "the evaluator or the job to end")
+    finally:
+        thread.join(timeout=300)
+    assert outcome["value"].succeeded
+    scored = summaries.read_scalars(tmp_path / "evaluator", "eval/mean_return")
+    assert scored, log(tmp_path, "evaluator-0", "evals")
+    assert all(-2000 < value <= 0 for _, value in scored)  # Pendulum returns are negative
+    assert "evaluator: ckpt-" in log(tmp_path, "evaluator-0", "evals")

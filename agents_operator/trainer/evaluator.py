@@ -1,0 +1,73 @@
+"""The evaluator replica: scores every new checkpoint of the chief with the deterministic policy.
+
+It reads the run directory the chief writes (a shared volume in a cluster), so evaluation costs the
+workers nothing: each new checkpoint is restored into a local learner and played for `eval_episodes`
+episodes; the returns go to the `evaluator/` summaries next to the chief's. It runs until it is stopped
+(the operator and the local launcher stop it when the job ends) or until it has scored a checkpoint that
+reached `total_steps`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer import checkpoints
+from agents_operator.trainer.envs import make_env
+from agents_operator.trainer.learner import CheckpointError, Learner, vector_size
+from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.summaries import SummaryWriter
+from agents_operator.trainer.wrappers import run_episodes
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 5.0
+SEED_OFFSET = 2_000_000  # episodes of their own, apart from training and the chief's evaluations
+
+
+def run(config: TrainerConfig, logdir: Path, poll_seconds: float = POLL_SECONDS) -> int:
+    logdir = Path(logdir)
+    env = make_env(config.env_id, config.max_episode_steps)
+    learner = Learner(config, vector_size(env.observation_space.shape), vector_size(env.action_space.shape))
+    writer = SummaryWriter(logdir / "evaluator")
+    seen: Path | None = None
+    try:
+        log.info("evaluator: watching %s", checkpoints.directory(logdir))
+        while True:
+            found = checkpoints.list_checkpoints(logdir)
+            if found and found[-1] != seen:
+                seen = found[-1]
+                try:
+                    state, scored = checkpoints.restore_latest(learner, logdir)
+                except CheckpointError as error:
+                    log.warning("no checkpoint can be restored (%s)", error)
+                    continue
+                observations = Normalizer(
+                    env.observation_space.shape, config.clip_observations, config.normalize_observations
+                )
+                observations.shared = state.observation_moments
+                returns, lengths = run_episodes(
+                    env, state.policy, observations, config.eval_episodes, config.seed + SEED_OFFSET
+                )
+                mean_return = float(np.mean(returns))
+                values = {"eval/mean_return": mean_return, "eval/mean_length": float(np.mean(lengths))}
+                writer.scalars(state.env_steps, values)
+                writer.flush()
+                log.info(
+                    "evaluator: %s at %d env steps: return %.1f +- %.1f",
+                    scored.name,
+                    state.env_steps,
+                    mean_return,
+                    float(np.std(returns)),
+                )
+                if state.env_steps >= config.total_steps:
+                    return 0
+            time.sleep(poll_seconds)
+    finally:
+        writer.close()
+        learner.close()
+        env.close()
