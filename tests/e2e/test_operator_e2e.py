@@ -197,7 +197,9 @@ def test_suspend_and_resume(cluster, kube):
 
 
 def test_active_deadline(cluster):
-    cluster.started(deadline=5)
+    cluster.create_job(deadline=5)
+    wait_for(lambda: len(cluster.live_pods()) == 3, 60, "pods")
+    cluster.run_all()
     wait_for(lambda: cluster.state() == "Failed", 60, "DeadlineExceeded")
     assert cluster.status()["conditions"][-1]["reason"] == "DeadlineExceeded"
     wait_for(lambda: cluster.live_pods() == set(), 60, "running pods deleted")
