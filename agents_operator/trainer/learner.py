@@ -387,8 +387,12 @@ class Learner:
 
     def update(self, batch: Batch, rng: np.random.Generator) -> dict[str, float]:
         """`epochs` passes of minibatch Adam steps over `batch` on the local copy of the shared weights,
-        then one push of the change; metrics averaged over all minibatches."""
+        then one push of the change; metrics averaged over all minibatches, plus the seconds spent with
+        the shared variables (`ps_seconds`: pull and push, which in sync mode waits for every worker) and
+        on the local epochs (`epochs_seconds`)."""
+        begin = time.perf_counter()
         self.session.run(self._g.pull)
+        pulled = time.perf_counter()
         size = self.config.minibatch_size
         fetches = [self._g.train_op, self._g.train_metrics]
         totals: dict[str, float] = {}
@@ -400,8 +404,10 @@ class Learner:
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value)
                 steps += 1
+        trained = time.perf_counter()
         self.session.run(self._g.push)
-        return {key: total / steps for key, total in totals.items()}
+        timings = {"ps_seconds": pulled - begin + time.perf_counter() - trained, "epochs_seconds": trained - pulled}
+        return {**{key: total / steps for key, total in totals.items()}, **timings}
 
     def finish_iteration(
         self, batch: Batch, env_steps: int, observation_moments: Moments, return_moments: Moments
@@ -417,8 +423,10 @@ class Learner:
             feed[g.finish_feeds[f"{prefix}_count"]] = moments.count
             feed[g.finish_feeds[f"{prefix}_sum"]] = moments.sum
             feed[g.finish_feeds[f"{prefix}_sumsq"]] = moments.sumsq
+        begin = time.perf_counter()
         values, metrics = self.session.run([g.state_after_finish, g.finish_metrics], feed)
-        return self._unpack(values), {key: float(value) for key, value in metrics.items()}
+        finished = {key: float(value) for key, value in metrics.items()}
+        return self._unpack(values), {**finished, "finish_seconds": time.perf_counter() - begin}
 
     def save(self, prefix: str) -> None:
         with self.graph.as_default():  # the Saver checks the mode at call time

@@ -197,6 +197,12 @@ def train(
         return result
 
 
+def _ps_share(timings: dict[str, float]) -> float:
+    """Share of an update spent with the shared variables rather than on the local epochs."""
+    shared = timings["ps_seconds"] + timings["finish_seconds"]
+    return shared / (shared + timings["epochs_seconds"])
+
+
 def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.Cluster | None) -> bool:
     if cluster is not None and config.mode == "sync" and cluster.num_workers > 1:
         # Each synchronous update is one iteration of every worker: all of them stop after the same one.
@@ -268,6 +274,7 @@ class _Outputs:
             "optimizer/grad_norm": losses["grad_norm"],
             "perf/env_steps_per_second": steps / seconds,
             "perf/sampling_steps_per_second": steps / sampling_seconds,
+            "perf/ps_share": _ps_share(losses),
         }
         if mean_return is not None:
             values["train/mean_return"] = mean_return

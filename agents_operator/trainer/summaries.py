@@ -28,6 +28,8 @@ TAGS = {
     "optimizer/grad_norm": "global gradient norm before clipping",
     "perf/env_steps_per_second": "environment steps per second of the whole iteration (sampling + update)",
     "perf/sampling_steps_per_second": "environment steps per second while sampling only",
+    "perf/ps_share": "share of the update spent with the shared variables: pull, push (in sync mode this "
+    "includes waiting for the other workers) and the closing read, against the local PPO epochs",
 }
 
 
