@@ -1,0 +1,273 @@
+"""The batched environment layer: batch shapes, seeding, autoreset, clipping, failures and clean shutdown.
+
+Worker processes import this module (through "<module>:Name-v0" ids) to find the small test environments
+registered below, so it must stay importable without pytest fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents_operator.trainer.envs import BatchEnv, EnvProcessError, make_env, usable_cpus
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class EchoEnv(gym.Env):
+    """Observes the action it received and facts about its process: [a0, a1, tf loaded, 1 thread, pid]."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (5,), np.float64)
+    action_space = gym.spaces.Box(-0.5, 0.5, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return self._observe(np.zeros(2)), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return self._observe(action), 0.0, False, False, {}
+
+    def _observe(self, action: np.ndarray) -> np.ndarray:
+        single_threaded = os.environ.get("OMP_NUM_THREADS") == "1"
+        return np.array([*action, "tensorflow" in sys.modules, single_threaded, os.getpid()], np.float64)
+
+
+class RaisingEnv(EchoEnv):
+    """Raises on its third step."""
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        self.steps = 0
+        return super().reset(seed=seed)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.steps += 1
+        if self.steps == 3:
+            raise ZeroDivisionError("the test environment fails on purpose")
+        return super().step(action)
+
+
+gym.register("BatchEnvTestEcho-v0", entry_point=f"{__name__}:EchoEnv")
+gym.register("BatchEnvTestRaising-v0", entry_point=f"{__name__}:RaisingEnv")
+ECHO = f"{__name__}:BatchEnvTestEcho-v0"
+PID = 4  # column of EchoEnv's observation holding the worker's pid (exact in float32 below 2**24)
+
+
+def worker_pids(env: BatchEnv) -> set[int]:
+    return {int(pid) for pid in env.reset()[:, PID]}
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def wait_until_gone(pids: set[int], seconds: float = 5.0) -> set[int]:
+    deadline = time.monotonic() + seconds
+    while (survivors := {pid for pid in pids if alive(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return survivors
+
+
+def test_pendulum_batch_shapes_and_dtypes() -> None:
+    with BatchEnv("Pendulum-v1", num_envs=3, envs_per_process=2) as env:
+        assert (env.num_envs, env.num_processes, env.observation_shape, env.action_shape) == (3, 2, (3,), (1,))
+        np.testing.assert_array_equal(env.action_low, [-2.0])
+        np.testing.assert_array_equal(env.action_high, [2.0])
+        observations = env.reset()
+        assert observations.shape == (3, 3) and observations.dtype == np.float32
+        result = env.step(np.zeros((3, 1)))
+    assert result.observations.shape == result.final_observations.shape == (3, 3)
+    assert result.observations.dtype == result.final_observations.dtype == np.float32
+    assert result.rewards.shape == (3,) and result.rewards.dtype == np.float32
+    assert result.terminated.dtype == result.truncated.dtype == np.bool_
+    assert result.episode_returns == [] and result.episode_lengths == []
+
+
+def test_bullet_batch_shapes_and_dtypes() -> None:
+    with BatchEnv("InvertedPendulumBulletEnv-v0", num_envs=2) as env:
+        assert env.num_processes == min(2, usable_cpus())  # by default, one process per CPU
+        assert (env.observation_shape, env.action_shape) == ((5,), (1,))
+        assert env.reset().shape == (2, 5)
+        result = env.step(np.zeros((2, 1)))
+    assert result.observations.shape == (2, 5) and result.observations.dtype == np.float32
+    assert result.rewards.shape == (2,)
+
+
+def test_make_env_silences_pybullet(capfd: pytest.CaptureFixture[str]) -> None:
+    env = make_env("InvertedPendulumBulletEnv-v0", max_episode_steps=5)
+    observation, _ = env.reset(seed=0)
+    env.close()
+    out, err = capfd.readouterr()
+    assert "argv[0]" not in out and "pybullet build time" not in err
+    assert observation.dtype == np.float32 and env.spec.max_episode_steps == 5
+
+
+def test_same_seed_same_rollout() -> None:
+    actions = np.random.default_rng(0).uniform(-2, 2, (30, 4, 1)).astype(np.float32)
+
+    def rollout(seed: int) -> np.ndarray:
+        with BatchEnv("Pendulum-v1", num_envs=4, envs_per_process=2, seed=seed) as env:
+            return np.stack([env.reset()] + [env.step(action).observations for action in actions])
+
+    first = rollout(7)
+    np.testing.assert_array_equal(first, rollout(7))
+    assert len({tuple(observation) for observation in first[0]}) == 4  # environment j is seeded with seed + j
+
+
+def test_autoreset_matches_a_plain_gymnasium_loop() -> None:
+    num_envs, seed, limit, steps = 3, 5, 20, 45
+    actions = np.random.default_rng(1).uniform(-2, 2, (steps, num_envs, 1)).astype(np.float32)
+    with BatchEnv("Pendulum-v1", num_envs, envs_per_process=2, seed=seed, max_episode_steps=limit) as env:
+        first = env.reset()
+        batch = [env.step(action) for action in actions]
+
+    plain_returns = []
+    for j in range(num_envs):
+        plain = make_env("Pendulum-v1", max_episode_steps=limit)
+        observation, _ = plain.reset(seed=seed + j)
+        np.testing.assert_array_equal(first[j], observation)
+        episode_return, returns = 0.0, []
+        for t, result in enumerate(batch):
+            observation, reward, terminated, truncated, _ = plain.step(actions[t, j])
+            episode_return += float(reward)
+            np.testing.assert_array_equal(result.final_observations[j], observation)
+            assert result.rewards[j] == np.float32(reward)
+            assert (result.terminated[j], result.truncated[j]) == (terminated, truncated)
+            if terminated or truncated:
+                returns.append(episode_return)
+                episode_return = 0.0
+                observation, _ = plain.reset()
+            np.testing.assert_array_equal(result.observations[j], observation)
+        plain_returns.append(returns)
+
+    # Every environment hits the time limit in the same steps, so each of those reports all of them.
+    ended = [result for result in batch if result.episode_returns]
+    assert [result.episode_returns for result in ended] == [list(step) for step in zip(*plain_returns, strict=True)]
+    assert [result.episode_lengths for result in ended] == [[limit] * num_envs] * (steps // limit)
+    assert all(result.truncated.all() for result in ended)
+
+
+def test_actions_are_clipped_and_workers_are_lean() -> None:
+    with BatchEnv(ECHO, num_envs=2, envs_per_process=1) as env:
+        assert env.reset().dtype == np.float32
+        np.testing.assert_array_equal(env.action_low, [-0.5, -0.5])
+        observations = env.step(np.array([[2.0, -3.0], [0.25, 0.0]])).observations
+    np.testing.assert_array_equal(observations[:, :2], [[0.5, -0.5], [0.25, 0.0]])
+    tensorflow_loaded, single_threaded = observations[:, 2], observations[:, 3]
+    assert not tensorflow_loaded.any() and single_threaded.all()
+
+
+def test_discrete_action_spaces_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"CartPole-v1.*Box action spaces only"):
+        BatchEnv("CartPole-v1", num_envs=1)
+
+
+def test_an_unknown_env_id_surfaces_the_workers_traceback() -> None:
+    with pytest.raises(EnvProcessError, match=r"(?s)environment 0 raised.*NameNotFound"):
+        BatchEnv("NoSuchEnvironment-v0", num_envs=1)
+
+
+def test_an_exception_in_step_surfaces_its_traceback() -> None:
+    with BatchEnv(f"{__name__}:BatchEnvTestRaising-v0", num_envs=3, envs_per_process=3) as env:
+        env.reset()
+        env.step(np.zeros((3, 2)))
+        env.step(np.zeros((3, 2)))
+        with pytest.raises(EnvProcessError) as failure:
+            env.step(np.zeros((3, 2)))
+        message = str(failure.value)
+        assert "environment 0 raised" in message and "BatchEnvTestRaising-v0" in message
+        assert "in step" in message and "ZeroDivisionError: the test environment fails on purpose" in message
+        with pytest.raises(RuntimeError, match="unusable"):
+            env.step(np.zeros((3, 2)))
+
+
+def test_a_killed_worker_is_reported() -> None:
+    with BatchEnv(ECHO, num_envs=2, envs_per_process=1) as env:
+        victim, survivor = sorted(worker_pids(env))
+        os.kill(victim, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(EnvProcessError, match="died with signal SIGKILL"):
+            env.step(np.zeros((2, 2)))
+        assert time.monotonic() - started < 10
+    assert not wait_until_gone({survivor})
+
+
+def test_close_is_idempotent_and_leaves_no_workers() -> None:
+    env = BatchEnv(ECHO, num_envs=2, envs_per_process=1)
+    pids = worker_pids(env)
+    assert len(pids) == 2
+    env.close()
+    env.close()
+    assert not {pid for pid in pids if alive(pid)}
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reset()
+
+
+def test_close_kills_a_worker_that_does_not_answer() -> None:
+    env = BatchEnv(ECHO, num_envs=2, envs_per_process=1)
+    pids = worker_pids(env)
+    os.kill(min(pids), signal.SIGSTOP)
+    started = time.monotonic()
+    env.close()
+    assert time.monotonic() - started < 10
+    assert not {pid for pid in pids if alive(pid)}
+
+
+def test_workers_ignore_sigint() -> None:
+    with BatchEnv(ECHO, num_envs=1) as env:
+        (pid,) = worker_pids(env)
+        os.kill(pid, signal.SIGINT)
+        time.sleep(0.2)
+        assert env.step(np.full((1, 2), 0.1)).observations[0, PID] == pid
+
+
+PARENT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from agents_operator.trainer.envs import BatchEnv
+
+    with BatchEnv(sys.argv[1], num_envs=2, envs_per_process=1) as env:
+        print(*env.reset()[:, 4].astype(int), flush=True)
+        while True:
+            env.step(np.zeros((2, 2)))
+            time.sleep(0.01)
+    """
+)
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_workers_die_with_their_parent(signal_number: signal.Signals) -> None:
+    """SIGKILL and SIGTERM kill the trainer outright; SIGINT is Ctrl-C, sent to the whole process group."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(path or os.getcwd() for path in sys.path)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, ECHO],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        pids = {int(pid) for pid in parent.stdout.readline().split()}
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
+        os.killpg(parent.pid, signal_number)
+        parent.wait(10)
+        assert not wait_until_gone(pids)
+    finally:
+        parent.kill()
+        parent.wait()
