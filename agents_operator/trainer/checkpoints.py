@@ -34,8 +34,12 @@ def list_checkpoints(logdir: Path) -> list[Path]:
     root = directory(logdir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[5:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
+    numbered = {}
+    for path in root.glob(f"{_PREFIX}*"):
+        number = path.name.removeprefix(_PREFIX)
+        if number.isdigit() and path.is_dir():
+            numbered[int(number)] = path
+    return [numbered[i] for i in sorted(numbered)]
 
 
 def save(learner: Learner, logdir: Path, iteration: int) -> Path:
