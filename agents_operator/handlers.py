@@ -135,11 +135,17 @@ class Controller:
             plan = reconcile.plan(job, pods, services, deployments, now=self.now(), options=self.options.render)
             if plan.actions:
                 log.debug("%s/%s: %s", *key, ", ".join(_describe_action(a) for a in plan.actions))
-            outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
+            try:
+                outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
+            except Exception as err:
+                partial = getattr(err, "outcome", None)
+                if partial is not None:
+                    self._learn(key, memory, plan, partial)  # what did happen must not happen twice
+                raise
             self._learn(key, memory, plan, outcome)
             if self.metrics:
                 self.metrics.observe(plan, outcome, time.perf_counter() - started)
-                self.set_state(key, None if outcome.job_gone or outcome.job_deleted else plan.status.get("state"))
+            self.set_state(key, None if outcome.job_gone or outcome.job_deleted else plan.status.get("state"))
             if plan.requeue_after is not None and not (outcome.job_gone or outcome.job_deleted):
                 self.wake_later(key, plan.requeue_after)
             memory.failures = 0
@@ -167,7 +173,7 @@ class Controller:
         if outcome.status_written:
             memory.written_status = copy.deepcopy(plan.status)
             memory.written_at = time.monotonic()
-        for action in plan.actions:
+        for action in outcome.done:
             if isinstance(action, reconcile.Delete) and action.kind == reconcile.KIND_POD:
                 memory.deleting.add(action.name)
             elif isinstance(action, reconcile.MarkCounted):

@@ -75,6 +75,8 @@ class Outcome:
     job_deleted: bool = False
     job_gone: bool = False
     """The job disappeared while we worked (404 on its status): nothing more to do."""
+    done: list = field(default_factory=list)
+    """Actions carried out (some of them when `execute` raised: the exception has this outcome as `.outcome`)."""
 
 
 class Kube:
@@ -256,27 +258,35 @@ class Kube:
         """Carry out a plan: markers, then status, then deletes, then creates (Services before Pods), then the
         job's deletion; then its Events. Actions of one kind run in parallel (they are independent). Raises
         ApiError on anything unexpected: the caller retries with a fresh plan, every action being safe to repeat."""
+        outcome = Outcome()
+        try:
+            self._execute(job, plan, now, outcome)
+        except Exception as err:
+            err.outcome = outcome  # type: ignore[attr-defined]
+            raise
+        return outcome
+
+    def _execute(self, job: dict, plan: reconcile.Plan, now: datetime | None, outcome: Outcome) -> None:
         meta = job["metadata"]
         namespace, name = meta.get("namespace") or "default", meta["name"]
-        outcome = Outcome()
         events: list[tuple[str, str, str]] = []
 
         marks = plan.of(reconcile.MarkCounted)
         self._parallel(
             lambda a: self.annotate("Pod", namespace, a.pod, {status.ANNOTATION_COUNTED: str(a.restarts)}), marks
         )
+        outcome.done += marks
         for action in plan.of(reconcile.WriteStatus):
             if self.patch_status(namespace, name, action.patch) is None:
                 outcome.job_gone = True
-                return outcome
+                return
             outcome.status_written = True
+            outcome.done.append(action)
 
         deletes = plan.of(reconcile.Delete)
-        for action, deleted in zip(
-            deletes,
-            self._parallel(lambda a: self.delete(a.kind, namespace, a.name, a.grace_seconds), deletes),
-            strict=True,
-        ):
+        results = self._parallel(lambda a: self.delete(a.kind, namespace, a.name, a.grace_seconds), deletes)
+        outcome.done += deletes
+        for action, deleted in zip(deletes, results, strict=True):
             if deleted:
                 outcome.deleted[action.kind] += 1
                 events.append(
@@ -284,16 +294,18 @@ class Kube:
                 )
         creates = plan.of(reconcile.Create)
         for batch in ([c for c in creates if c.kind != "Pod"], [c for c in creates if c.kind == "Pod"]):
-            for action, created in zip(batch, self._parallel(lambda a: self.create(a.obj), batch), strict=True):
+            results = self._parallel(lambda a: self.create(a.obj), batch)
+            outcome.done += batch
+            for action, created in zip(batch, results, strict=True):
                 if created:
                     outcome.created[action.kind] += 1
                     events.append(("Normal", "SuccessfulCreate", f"Created {action.kind.lower()} {action.name}"))
         for action in plan.of(reconcile.DeleteJob):
             events.append(("Normal", "Deleted", f"Deleting the job: {action.reason}"))
             outcome.job_deleted = self.delete(naming.KIND, namespace, name)
+            outcome.done.append(action)
         events += [(e.type, e.reason, e.message) for e in plan.events]
         self._parallel(lambda e: self.post_event(job, e[0], e[1], e[2], now), events)
-        return outcome
 
     def _parallel(self, fn: Any, items: list) -> list:
         """fn over items on the client's threads, results in order; the first error is raised."""

@@ -150,10 +150,10 @@ def overlay(
     deleting, counted = set(deleting), counted or {}
     out = []
     for pod in pods:
+        if pod.name in counted and pod.counted is None and pod.phase == "Failed":
+            pod = replace(pod, counted=counted[pod.name])
         if pod.name in deleting:
             pod = replace(pod, terminating=True)
-        if pod.name in counted and pod.counted is None and pod.state == FAILED:
-            pod = replace(pod, counted=counted[pod.name])
         out.append(pod)
     return out
 

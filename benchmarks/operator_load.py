@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
+    # SIGTERM (e.g. from `timeout`) unwinds like an exception: the operator subprocess is always stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    poll = 1.0 if args.kmock else 0.2  # kmock serialises every object on each list: poll it gently
 
     stop_kmock = None
     if args.kmock:
@@ -252,7 +256,7 @@ def main() -> int:
             for job in names:
                 if job not in ready_at and expected[job] <= pods.get(job, set()) and expected[job] <= services:
                     ready_at[job] = now - started
-            time.sleep(0.2)
+            time.sleep(poll)
         children = list(ready_at.values())
 
         # Status latency: a sample of jobs, all pods set Running at once, until status says Running.
