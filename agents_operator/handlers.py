@@ -104,7 +104,7 @@ class Controller:
     # --- indexes -------------------------------------------------------------------------------------------
 
     def remember_indexes(self, kwargs: dict[str, Any]) -> None:
-        for name in ("agents_jobs", "agents_pods", "agents_services", "agents_deployments"):
+        for name in ("agents_jobs", "agents_pods", "agents_services", "agents_deployments", "agents_networkpolicies"):
             if name in kwargs:
                 self.indexes[name] = kwargs[name]
 
@@ -114,7 +114,8 @@ class Controller:
             copy.deepcopy(job) if job else None,
             _all(self.indexes.get("agents_pods"), key),
             _all(self.indexes.get("agents_services"), key),
-            _all(self.indexes.get("agents_deployments"), key),
+            # Deployments and NetworkPolicies: the plan only needs their kind and name.
+            _all(self.indexes.get("agents_deployments"), key) + _all(self.indexes.get("agents_networkpolicies"), key),
         )
 
     # --- reconcile ---------------------------------------------------------------------------------------
@@ -187,8 +188,9 @@ class Controller:
         namespace, name = key
         if await asyncio.to_thread(self.kube.get, naming.KIND, namespace, name) is not None:
             return  # the index is behind: the job exists
-        for kind, views in (("Pod", pods), ("Service", services), ("Deployment", deployments)):
+        for list_kind, views in (("Pod", pods), ("Service", services), (None, deployments)):
             for view in views:
+                kind = list_kind or view.kind  # Deployments and NetworkPolicies share a list
                 if not view.terminating:
                     log.info("deleting %s %s/%s: its AgentsJob %s is gone", kind, namespace, view.name, name)
                     await asyncio.to_thread(self.kube.delete, kind, namespace, view.name)
@@ -388,6 +390,13 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         key, view = _key(body), status.view_child(body)
         return {key: view} if key and view else {}
 
+    @kopf.index(
+        "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="agents_networkpolicies", registry=registry
+    )
+    def agents_networkpolicies(body: kopf.Body, **_: Any) -> dict:
+        key, view = _key(body), status.view_child(body)
+        return {key: view} if key and view else {}
+
     async def _reconcile_now(key: Key, body: kopf.Body, kwargs: dict) -> None:
         controller.remember_indexes(kwargs)
         try:
@@ -427,6 +436,12 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     @kopf.on.event("apps", "v1", "deployments", labels=OURS, id="deployment-event", registry=registry)
     async def deployment_event(body: kopf.Body, **kwargs: Any) -> None:
+        await _child_event(body, kwargs)
+
+    @kopf.on.event(
+        "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="networkpolicy-event", registry=registry
+    )
+    async def networkpolicy_event(body: kopf.Body, **kwargs: Any) -> None:
         await _child_event(body, kwargs)
 
     @kopf.on.probe(id="jobs", registry=registry)

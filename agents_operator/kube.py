@@ -35,6 +35,7 @@ RESOURCES = {
     "Pod": ("", "v1", "pods"),
     "Service": ("", "v1", "services"),
     "Deployment": ("apps", "v1", "deployments"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
     "Event": ("", "v1", "events"),
     naming.KIND: (naming.GROUP, naming.VERSION, naming.PLURAL),
 }

@@ -396,7 +396,8 @@ def plan(
         st.start_time = None  # the deadline counts from the resume, as for a batch Job
 
     # 7. Create what is missing: Services first (pods resolve each other through them), then Pods.
-    desired = [*render.services(spec_job, options), *render.tensorboard(spec_job, options)]
+    # Every child render describes besides the pods (Services, TensorBoard, and whatever render adds later).
+    desired = [c for c in render.children(spec_job, options) if c["kind"] != KIND_POD]
     for obj in desired:
         if (obj["kind"], obj["metadata"]["name"]) not in children:
             b.creates.append(Create(obj))
