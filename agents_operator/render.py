@@ -281,6 +281,34 @@ def tensorboard(job: AgentsJob, options: RenderOptions | None = None) -> list[di
     return [deployment, svc]
 
 
+def network_policy(job: AgentsJob, options: RenderOptions | None = None) -> dict:
+    """Only the job's own replicas may reach its TensorFlow gRPC port (the TF runtime has no authentication).
+
+    The chief's metrics port stays open to the operator and Prometheus; other ports of the replica pods are
+    closed to ingress. The TensorBoard pod is not selected (it has no replica-type label).
+    """
+    options = options or RenderOptions()
+    replicas = {
+        "matchLabels": naming.job_selector(job.name),
+        "matchExpressions": [{"key": naming.LABEL_TYPE, "operator": "Exists"}],
+    }
+    ingress: list[dict] = [
+        {
+            "from": [{"podSelector": copy.deepcopy(replicas)}],
+            "ports": [{"port": options.port, "protocol": "TCP"}],
+        }
+    ]
+    metrics_port = job.trainer_config().metrics_port
+    if metrics_port:
+        ingress.append({"ports": [{"port": metrics_port, "protocol": "TCP"}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job, naming.network_policy_name(job.name), naming.job_selector(job.name)),
+        "spec": {"podSelector": replicas, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
 def tensorboard_url(job: AgentsJob) -> str | None:
     """In-cluster URL of the job's TensorBoard."""
     if not job.spec.tensorboard.enabled:

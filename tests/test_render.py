@@ -170,3 +170,18 @@ def test_scheduling_policy():
     assert pod["spec"]["schedulerName"] == "volcano"
     assert pod["spec"]["priorityClassName"] == "hi"
     assert pod["metadata"]["labels"][render.QUEUE_LABEL] == "q"
+
+
+def test_network_policy_opens_the_grpc_port_to_the_jobs_own_replicas_only():
+    job = load(ROOT / "examples" / "pendulum.yaml")
+    policy = render.network_policy(job)
+    selector = policy["spec"]["podSelector"]
+    assert selector["matchLabels"] == {naming.LABEL_JOB: "pendulum"}
+    assert selector["matchExpressions"] == [{"key": naming.LABEL_TYPE, "operator": "Exists"}]
+    grpc, metrics = policy["spec"]["ingress"]
+    assert grpc["from"] == [{"podSelector": selector}]
+    assert grpc["ports"] == [{"port": 2222, "protocol": "TCP"}]
+    assert "from" not in metrics and metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == UID
+    tensorboard = render.tensorboard(load(ROOT / "examples" / "bullet-ant.yaml"))[0]
+    assert naming.LABEL_TYPE not in tensorboard["spec"]["template"]["metadata"]["labels"]

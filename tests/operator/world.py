@@ -101,6 +101,7 @@ class World:
         self.pods: dict[str, dict] = {}
         self.services: dict[str, dict] = {}
         self.deployments: dict[str, dict] = {}
+        self.network_policies: dict[str, dict] = {}
         self.graceful = graceful  # deletes leave a terminating pod (a kubelet) instead of removing it
         self.now = NOW
         self.log: list[reconcile.Action] = []
@@ -122,7 +123,8 @@ class World:
             copy.deepcopy(self.job),
             list(self.pods.values()),
             list(self.services.values()),
-            list(self.deployments.values()),
+            # other children go in with the Deployments, each object carrying its own kind (as handlers do)
+            [*self.deployments.values(), *self.network_policies.values()],
             now=self.now,
         )
 
@@ -136,7 +138,12 @@ class World:
 
     def _apply(self, action: reconcile.Action) -> None:
         assert self.job is not None
-        store = {"Pod": self.pods, "Service": self.services, "Deployment": self.deployments}
+        store = {
+            "Pod": self.pods,
+            "Service": self.services,
+            "Deployment": self.deployments,
+            "NetworkPolicy": self.network_policies,
+        }
         match action:
             case reconcile.Create(obj=obj):
                 target = store[action.kind]

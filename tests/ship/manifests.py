@@ -17,6 +17,7 @@ NEEDED = {
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},  # index, create, restart mark, delete
     ("", "services"): {"list", "watch", "create", "delete"},
     ("apps", "deployments"): {"list", "watch", "create", "delete"},  # TensorBoard
+    ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create", "delete"},  # the job's gRPC port
     ("", "events"): {"create"},
 }
 

@@ -77,4 +77,7 @@ Cluster-wide only: CRD discovery at run time (without it kopf scans resources on
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [list, watch, create, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch, create, delete]
 {{- end -}}
