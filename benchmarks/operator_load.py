@@ -89,6 +89,7 @@ def start_kmock() -> tuple[str, threading.Event]:
                 ("v1/pods", "Pod"),
                 ("v1/services", "Service"),
                 ("apps/v1/deployments", "Deployment"),
+                ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
                 ("v1/events", "Event"),
             ):
                 server.resources[resource] = kmock.ResourceInfo(

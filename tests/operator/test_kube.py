@@ -19,6 +19,7 @@ def client(kmock: kmock.KubernetesEmulator):
         ("agents.dev/v1alpha1/agentsjobs", naming.KIND),
         ("v1/pods", "Pod"),
         ("v1/services", "Service"),
+        ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
         ("v1/events", "Event"),
     ):
         kmock.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=True)
@@ -71,13 +72,13 @@ async def test_execute_runs_a_plan_in_order_and_posts_events(client, kmock):
     kmock.objects["agents.dev/v1alpha1/agentsjobs", "ns", "pj"] = job
     plan = reconcile.plan(job, [], now=NOW)
     outcome = await asyncio.to_thread(client.execute, job, plan, NOW)
-    assert outcome.created == {"Service": 3, "Pod": 3} and outcome.status_written
+    assert outcome.created["Service"] == 3 and outcome.created["Pod"] == 3 and outcome.status_written
     methods = [(r.method, str(r.url).split("/namespaces/ns/")[1].split("/")[0]) for r in list(kmock)]
     first_pod = methods.index(("POST", "pods"))
     assert methods[0] == ("PATCH", "agentsjobs")  # status first
     assert all(m != ("POST", "services") for m in methods[first_pod:])  # Services before Pods
     events = [r.data for r in list(kmock) if r.method == "POST" and "/events" in str(r.url)]
-    assert sorted(e["reason"] for e in events) == ["JobCreated"] + ["SuccessfulCreate"] * 6
+    assert sorted(e["reason"] for e in events) == ["JobCreated"] + ["SuccessfulCreate"] * len(plan.of(reconcile.Create))
     assert all(e["metadata"]["name"].startswith("pj.") for e in events)  # named here: no generateName
     assert events[0]["involvedObject"] == {
         "apiVersion": naming.API_VERSION,
