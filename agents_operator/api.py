@@ -199,11 +199,11 @@ class AgentsJobSpec(CamelModel):
 
 
 class Condition(CamelModel):
-    type: ConditionType
-    status: Literal["True", "False", "Unknown"]
-    reason: str | None = Field(None, max_length=1024)
-    message: str | None = Field(None, max_length=32768)
-    last_transition_time: str | None = None
+    type: ConditionType = Field(description="Created, Running, Restarting, Succeeded, Failed or Suspended.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds now.")
+    reason: str | None = Field(None, max_length=1024, description="CamelCase cause, e.g. BackoffLimitExceeded.")
+    message: str | None = Field(None, max_length=32768, description="The cause in a sentence.")
+    last_transition_time: str | None = Field(None, description="When status last changed (RFC 3339).")
 
 
 class ReplicaStatus(CamelModel):
@@ -222,14 +222,18 @@ class Progress(CamelModel):
 
 class AgentsJobStatus(CamelModel):
     state: ConditionType | None = Field(None, description="The latest condition that is True.")
-    conditions: list[Condition] = Field(default_factory=list)
-    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
-    start_time: str | None = None
-    completion_time: str | None = None
-    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list, description="The job's lifecycle, one entry per type.")
+    replica_statuses: dict[str, ReplicaStatus] = Field(
+        default_factory=dict, description="Pod counts by replica type (ps, worker, evaluator)."
+    )
+    start_time: str | None = Field(None, description="When the operator first reconciled the job (RFC 3339).")
+    completion_time: str | None = Field(None, description="When the job succeeded or failed (RFC 3339).")
+    observed_generation: int | None = Field(None, description="The metadata.generation this status describes.")
     restarts: int = Field(0, ge=0, description="Pods replaced, counted against backoffLimit.")
-    progress: Progress | None = None
-    tensorboard_url: str | None = Field(None, alias="tensorboardURL")
+    progress: Progress | None = Field(None, description="Training progress read from the chief's /metrics.")
+    tensorboard_url: str | None = Field(
+        None, alias="tensorboardURL", description="In-cluster URL of the job's TensorBoard, when enabled."
+    )
 
 
 # --- the object ------------------------------------------------------------------------------------------
