@@ -282,3 +282,13 @@ async def test_operator_metrics_and_probe(cluster):
     assert metrics.created.labels("Pod")._value.get() >= 3
     assert metrics.restarts._value.get() >= 0
     assert metrics.reconcile_seconds._sum.get() > 0
+
+
+async def test_deadline_and_ttl_wake_the_operator_without_any_event(cluster):
+    """Nothing changes in the cluster after start: only the wake-ups the plans asked for end these jobs."""
+    await cluster.create_job(make_job(name="late", deadline=1))
+    await cluster.until(lambda: cluster.job_status("late").get("state") == "Failed", what="deadline")
+    assert cluster.job_status("late")["conditions"][-1]["reason"] == "DeadlineExceeded"
+    await started(cluster, ttl=1)
+    await cluster.set_phase("pj-worker-0", "Succeeded", exit_code=0)
+    await cluster.until(lambda: cluster.job() is None, what="job deleted by its TTL")
