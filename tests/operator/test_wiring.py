@@ -9,10 +9,12 @@ operator itself); the e2e suite covers the same behaviour on a real API server.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+import aiohttp
 import kmock
 import pytest
 import pytest_asyncio
@@ -132,7 +134,12 @@ async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller
             kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch"}
         )
         options = operator_main.OperatorOptions(
-            all_namespaces=True, host=str(server.url), post_kopf_events=False, progress_interval=1.0
+            all_namespaces=True,
+            host=str(server.url),
+            post_kopf_events=False,
+            progress_interval=1.0,
+            liveness=f"http://127.0.0.1:{_free_port()}/healthz",
+            metrics_port=_free_port(),
         )
         # The operator runs in its own thread and loop, as in production: kopf waits for every task of its
         # loop when it stops, and would otherwise wait for the test's own.
@@ -153,6 +160,7 @@ async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller
         thread = threading.Thread(target=run, name="operator", daemon=True)
         thread.start()
         assert await asyncio.to_thread(ready.wait, 15), "the operator did not start"
+        holder[0].options_for_tests = options  # type: ignore[attr-defined]
         holder[0].metrics_url = lambda job, ns, port: f"{server.url}/metrics/{ns}/{job}"
         try:
             yield server, holder[0]
@@ -169,6 +177,12 @@ async def cluster(operator, request) -> AsyncIterator[Cluster]:
     yield cluster
     for name in cluster.objects("agentsjobs"):  # finished with: the operator stops serving them
         await cluster.delete(f"/apis/agents.dev/v1alpha1/namespaces/{cluster.ns}/agentsjobs/{name}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 async def started(cluster: Cluster, **job_kwargs) -> None:
@@ -292,3 +306,19 @@ async def test_deadline_and_ttl_wake_the_operator_without_any_event(cluster):
     await started(cluster, ttl=1)
     await cluster.set_phase("pj-worker-0", "Succeeded", exit_code=0)
     await cluster.until(lambda: cluster.job() is None, what="job deleted by its TTL")
+
+
+async def test_liveness_probe_and_metrics_endpoint(cluster):
+    await started(cluster)
+    options = cluster.controller.options_for_tests
+    async with aiohttp.ClientSession() as session:
+        async with session.get(options.liveness) as response:
+            assert response.status == 200
+            jobs = (await response.json())["jobs"]  # kopf caches probe results for a while
+            assert sum(jobs.values()) == 1 and set(jobs) <= {"Created", "Running"}
+        async with session.get(f"http://127.0.0.1:{options.metrics_port}/metrics") as response:
+            text = await response.text()
+    samples = status.parse_metrics(text)
+    assert samples["agents_operator_jobs"] >= 0  # labelled samples: the last one read
+    assert 'agents_operator_jobs{state="Running"} 1.0' in text
+    assert samples["agents_operator_children_created_total"] >= 3
