@@ -108,66 +108,89 @@ class Cluster:
             await asyncio.sleep(0.05)
 
 
-@pytest_asyncio.fixture
-async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller]]:
-    """A fresh emulated API server and operator per test (kmock's cost per request grows with every request
-    it has served, so a shared one slows down test after test)."""
-    async with kmock.KubernetesEmulator() as server, kmock.Server(server):
-        for resource, kind in (
-            (JOBS, naming.KIND),
-            ("v1/pods", "Pod"),
-            ("v1/services", "Service"),
-            ("apps/v1/deployments", "Deployment"),
-            ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
-            ("v1/events", "Event"),
-        ):
-            server.resources[resource] = kmock.ResourceInfo(
-                kind=kind,
-                namespaced=True,
-                verbs={"list", "watch", "get", "create", "patch", "delete"},
-                subresources={"status"} if kind in (naming.KIND, "Pod") else set(),
-            )
-        # kopf waits for these two in discovery; cluster-wide, it lists CRDs but not namespaces (kmock cannot
-        # serve /api/v1/namespaces, which kopf reads to follow namespace patterns).
-        server.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list"})
-        server.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
-            kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch"}
+def declare_resources(server: kmock.KubernetesEmulator) -> None:
+    for resource, kind in (
+        (JOBS, naming.KIND),
+        ("v1/pods", "Pod"),
+        ("v1/services", "Service"),
+        ("apps/v1/deployments", "Deployment"),
+        ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
+        ("v1/events", "Event"),
+    ):
+        server.resources[resource] = kmock.ResourceInfo(
+            kind=kind,
+            namespaced=True,
+            verbs={"list", "watch", "get", "create", "patch", "delete"},
+            subresources={"status"} if kind in (naming.KIND, "Pod") else set(),
         )
-        options = operator_main.OperatorOptions(
+    # kopf waits for these two in discovery; cluster-wide, it lists CRDs but not namespaces (kmock cannot
+    # serve /api/v1/namespaces, which kopf reads to follow namespace patterns).
+    server.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list"})
+    server.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch"}
+    )
+
+
+class OperatorThread:
+    """`operator_main.serve` in its own thread and loop, as in production: kopf waits for every task of its
+    loop when it stops, and would otherwise wait for the test's own."""
+
+    def __init__(self, server: kmock.KubernetesEmulator, **overrides):
+        self.server = server
+        self.options = operator_main.OperatorOptions(
             all_namespaces=True,
             host=str(server.url),
             post_kopf_events=False,
             progress_interval=1.0,
             liveness=f"http://127.0.0.1:{_free_port()}/healthz",
             metrics_port=_free_port(),
+            **overrides,
         )
-        # The operator runs in its own thread and loop, as in production: kopf waits for every task of its
-        # loop when it stops, and would otherwise wait for the test's own.
-        stop, ready = threading.Event(), threading.Event()
-        holder: list[Controller] = []
+        self.stop_flag = threading.Event()
+        self.controllers: list[Controller] = []
+        self.thread: threading.Thread | None = None
+
+    async def start(self) -> Controller:
+        ready = threading.Event()
 
         def run() -> None:
             asyncio.run(
                 operator_main.serve(
-                    options,
-                    kube=UidKube.connect(host=str(server.url)),
-                    stop_flag=stop,
+                    self.options,
+                    kube=UidKube.connect(host=str(self.server.url)),
+                    stop_flag=self.stop_flag,
                     ready_flag=ready,
-                    controller_hook=holder.append,
+                    controller_hook=self.controllers.append,
                 )
             )
 
-        thread = threading.Thread(target=run, name="operator", daemon=True)
-        thread.start()
+        self.thread = threading.Thread(target=run, name="operator", daemon=True)
+        self.thread.start()
         assert await asyncio.to_thread(ready.wait, 15), "the operator did not start"
-        holder[0].options_for_tests = options  # type: ignore[attr-defined]
-        holder[0].metrics_url = lambda job, ns, port: f"{server.url}/metrics/{ns}/{job}"
+        controller = self.controllers[0]
+        controller.options_for_tests = self.options  # type: ignore[attr-defined]
+        controller.metrics_url = lambda job, ns, port: f"{self.server.url}/metrics/{ns}/{job}"
+        return controller
+
+    async def stop(self) -> None:
+        self.stop_flag.set()
+        if self.thread is not None:
+            await asyncio.to_thread(self.thread.join, 15)
+            assert not self.thread.is_alive(), "the operator did not stop"
+
+
+@pytest_asyncio.fixture
+async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller]]:
+    """A fresh emulated API server and operator per test (kmock's cost per request grows with every request
+    it has served, so a shared one slows down test after test)."""
+    async with kmock.KubernetesEmulator() as server, kmock.Server(server):
+        declare_resources(server)
+        op = OperatorThread(server)
+        controller = await op.start()
         try:
-            yield server, holder[0]
+            yield server, controller
         finally:
-            stop.set()
-            await asyncio.to_thread(thread.join, 15)
-            assert not thread.is_alive(), "the operator did not stop"
+            await op.stop()
 
 
 @pytest_asyncio.fixture
@@ -322,3 +345,36 @@ async def test_liveness_probe_and_metrics_endpoint(cluster):
     assert samples["agents_operator_jobs"] >= 0  # labelled samples: the last one read
     assert 'agents_operator_jobs{state="Running"} 1.0' in text
     assert samples["agents_operator_children_created_total"] >= 3
+
+
+async def test_peering_a_standby_waits_and_takes_over_when_the_active_one_stops():
+    async with kmock.KubernetesEmulator() as server, kmock.Server(server):
+        declare_resources(server)
+        server.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
+            kind="ClusterKopfPeering", namespaced=False, verbs={"list", "watch", "get", "patch"}
+        )
+        peering = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "agents"}}
+        async with server.post("/apis/kopf.dev/v1/clusterkopfpeerings", json=peering) as r:
+            assert r.status < 300
+        active = OperatorThread(server, peering="agents", priority=100)
+        standby = OperatorThread(server, peering="agents", priority=50)
+        first, second = await active.start(), await standby.start()
+        try:
+            cluster = Cluster(server, first, namespace="ha")
+
+            def peers() -> int:
+                obj = server.objects["kopf.dev/v1/clusterkopfpeerings", None, "agents"]
+                return len(dict(obj).get("status") or {})
+
+            await cluster.until(lambda: peers() == 2, what="both operators registered as peers")
+            await asyncio.sleep(1.0)  # the standby sees the active one and pauses
+            await started(cluster)
+            assert first.metrics.created.labels("Pod")._value.get() == 3
+            assert second.metrics.created.labels("Pod")._value.get() == 0  # paused: it did nothing
+            await active.stop()
+            await cluster.delete("/api/v1/namespaces/ha/pods/pj-ps-0")  # only the standby can replace it
+            await cluster.until(lambda: "pj-ps-0" in cluster.pods(), timeout=20, what="the standby took over")
+            await cluster.until(lambda: second.metrics.created.labels("Pod")._value.get() >= 1, what="counted")
+        finally:
+            await active.stop()
+            await standby.stop()
