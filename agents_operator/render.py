@@ -317,5 +317,5 @@ def tensorboard_url(job: AgentsJob) -> str | None:
 
 
 def children(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
-    """Everything the operator creates for the job: Services first, then Pods, then TensorBoard."""
-    return [*services(job, options), *pods(job, options), *tensorboard(job, options)]
+    """Everything the operator creates for the job: its NetworkPolicy, Services, Pods, then TensorBoard."""
+    return [network_policy(job, options), *services(job, options), *pods(job, options), *tensorboard(job, options)]

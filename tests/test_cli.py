@@ -72,6 +72,7 @@ def test_render_prints_the_children(capsys):
     assert code == 0
     docs = list(yaml.safe_load_all(out))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("NetworkPolicy", "pendulum-replicas"),
         ("Service", "pendulum-ps-0"),
         ("Service", "pendulum-worker-0"),
         ("Service", "pendulum-worker-1"),

@@ -183,5 +183,6 @@ def test_network_policy_opens_the_grpc_port_to_the_jobs_own_replicas_only():
     assert grpc["ports"] == [{"port": 2222, "protocol": "TCP"}]
     assert "from" not in metrics and metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
     assert policy["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert render.children(job)[0] == policy
     tensorboard = render.tensorboard(load(ROOT / "examples" / "bullet-ant.yaml"))[0]
     assert naming.LABEL_TYPE not in tensorboard["spec"]["template"]["metadata"]["labels"]
