@@ -20,6 +20,7 @@ TINY = [
     "eval_every=2",
     "eval_episodes=1",
     "checkpoint_every=2",
+    "max_episode_steps=50",  # short episodes: quick evaluations and videos
 ]
 
 
@@ -42,8 +43,8 @@ def test_train_resume_plot_and_visualize(tmp_path, capsys):
     assert [p.name for p in checkpoints.list_checkpoints(logdir)] == ["ckpt-00000002", "ckpt-00000004"]
     evaluations = read_scalars(logdir, "eval/mean_return")
     assert [step for step, _ in evaluations] == [256, 512]
-    assert all(-2000 < value < 0 for _, value in evaluations)
-    assert read_scalars(logdir, "train/mean_length") == [(512, 200.0)]
+    assert all(-1000 < value < 0 for _, value in evaluations)
+    assert read_scalars(logdir, "train/mean_length") == [(128 * i, 50.0) for i in range(1, 5)]
     for tag in ("loss/policy", "loss/value", "policy/kl", "policy/clipfrac", "optimizer/learning_rate"):
         assert len(read_scalars(logdir, tag)) == 4, tag
 
@@ -59,15 +60,9 @@ def test_train_resume_plot_and_visualize(tmp_path, capsys):
     assert run("visualize", "--logdir", logdir, "--out", tmp_path / "policy.gif") == 0
     assert (tmp_path / "policy.gif").read_bytes()[:6] == b"GIF89a"
     assert "1 episode(s) of ckpt-00000008" in capsys.readouterr().out
-
-
-def test_visualize_writes_mp4(tmp_path):
-    logdir = tmp_path / "run"
-    sets = _sets([*TINY, "total_steps=128", "metrics_port=0", "eval_every=0", "max_episode_steps=20"])
-    assert run("train", "--config", "pendulum", *sets, "--logdir", logdir) == 0
-    out = tmp_path / "policy.mp4"
-    assert run("visualize", "--logdir", logdir, "--out", out, "--episodes", "2") == 0
-    assert out.stat().st_size > 1000
+    assert run("visualize", "--logdir", logdir, "--out", tmp_path / "policy.mp4", "--episodes", "2") == 0
+    assert (tmp_path / "policy.mp4").stat().st_size > 1000
+    assert "2 episode(s)" in capsys.readouterr().out
 
 
 def test_metrics_endpoint_serves_the_gauges():
