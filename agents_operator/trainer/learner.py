@@ -7,8 +7,9 @@ and the normaliser statistics. `build_graph` takes a device setter (None locally
 variables on parameter servers and its ops on the worker. A checkpoint of those variables is the whole
 training state.
 
-The session runs once per minibatch and once more per iteration (`finish_iteration`: counters,
-normaliser sums, KL penalty, and a read of every weight for the numpy actor). Acting never runs it.
+Per iteration the session runs a pull of the shared weights into the local copy, one Adam step per
+minibatch, a push of the change, and `finish_iteration` (counters, normaliser sums, KL penalty, and a
+read of every weight for the numpy actor). Acting never runs it.
 The graph lives in its own `tf.Graph`, which is graph mode whether or not eager execution is enabled in
 the process, so tests and tools can build learners side by side.
 """
