@@ -367,7 +367,7 @@ async def test_peering_a_standby_waits_and_takes_over_when_the_active_one_stops(
                 return len(dict(obj).get("status") or {})
 
             await cluster.until(lambda: peers() == 2, what="both operators registered as peers")
-            await asyncio.sleep(1.0)  # the standby sees the active one and pauses
+            await asyncio.sleep(2.0)  # the standby reads the peering object and pauses
             await started(cluster)
             assert first.metrics.created.labels("Pod")._value.get() == 3
             assert second.metrics.created.labels("Pod")._value.get() == 0  # paused: it did nothing
