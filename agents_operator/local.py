@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import naming, policy, render, scrape, tfconfig
+from agents_operator import naming, policy, render, scrape, status, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.trainer.progress import Progress
 
@@ -118,15 +118,15 @@ class Tracker:
     def update(self, metrics: dict[str, float] | None) -> None:
         if not metrics:
             return
-        now, steps = time.monotonic(), metrics.get(scrape.ENV_STEPS, 0.0)
-        if self.last and steps == self.last.get(scrape.ENV_STEPS):
+        now, steps = time.monotonic(), metrics.get(status.METRIC_ENV_STEPS, 0.0)
+        if self.last and steps == self.last.get(status.METRIC_ENV_STEPS):
             return  # nothing new: the chief is between iterations, or done
         if self._first is None:
             self._first = (now, steps)
         elif now > self._first[0]:
             self.rate = (steps - self._first[1]) / (now - self._first[0])
         self.last = metrics
-        self.display.update(int(steps), metrics.get(scrape.MEAN_RETURN), self.rate)
+        self.display.update(int(steps), metrics.get(status.METRIC_MEAN_RETURN), self.rate)
 
     def finish(self) -> None:
         self.display.close()
@@ -134,13 +134,13 @@ class Tracker:
     def summary(self) -> str:
         if not self.last:
             return "no progress was reported (the chief's /metrics never answered)"
-        parts = [f"{int(self.last.get(scrape.ENV_STEPS, 0))} env steps"]
-        if scrape.GLOBAL_STEP in self.last:
-            parts.append(f"global step {int(self.last[scrape.GLOBAL_STEP])}")
-        if scrape.MEAN_RETURN in self.last:
-            parts.append(f"mean return {self.last[scrape.MEAN_RETURN]:.1f}")
-        if scrape.EVAL_RETURN in self.last:
-            parts.append(f"eval return {self.last[scrape.EVAL_RETURN]:.1f}")
+        parts = [f"{int(self.last.get(status.METRIC_ENV_STEPS, 0))} env steps"]
+        if status.METRIC_GLOBAL_STEP in self.last:
+            parts.append(f"global step {int(self.last[status.METRIC_GLOBAL_STEP])}")
+        if status.METRIC_MEAN_RETURN in self.last:
+            parts.append(f"mean return {self.last[status.METRIC_MEAN_RETURN]:.1f}")
+        if status.METRIC_EVAL_RETURN in self.last:
+            parts.append(f"eval return {self.last[status.METRIC_EVAL_RETURN]:.1f}")
         if self.rate:
             parts.append(f"{self.rate:.0f} env steps/s")
         return ", ".join(parts)

@@ -249,6 +249,7 @@ METRIC_GLOBAL_STEP = "agents_trainer_global_step"
 METRIC_ENV_STEPS = "agents_trainer_env_steps"
 METRIC_MEAN_RETURN = "agents_trainer_mean_return"
 METRIC_STEPS_PER_SECOND = "agents_trainer_env_steps_per_second"
+METRIC_EVAL_RETURN = "agents_trainer_eval_mean_return"
 PROGRESS_METRICS = {
     METRIC_GLOBAL_STEP: "globalStep",
     METRIC_ENV_STEPS: "envSteps",

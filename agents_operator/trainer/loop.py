@@ -244,6 +244,7 @@ class _Outputs:
         self.progress = Progress(config.total_steps, stream)
         self.result = RunResult(0, 0)
         self._eval_env = None
+        self._last: tuple[float, int] | None = None
 
     def iteration(
         self,
@@ -285,7 +286,16 @@ class _Outputs:
         self.metrics.global_step.set(state.global_step)
         self.metrics.env_steps.set(state.env_steps)
         self.metrics.iterations.set(state.iterations)
-        self.metrics.steps_per_second.set(steps / seconds)
+        self.metrics.steps_per_second.set(self._job_rate(state.env_steps, steps / seconds))
+
+    def _job_rate(self, env_steps: int, own_rate: float) -> float:
+        """Env steps per second of all workers together: the shared counter's growth since the last
+        iteration (this worker's own rate before there is a previous one)."""
+        now = time.monotonic()
+        last, self._last = self._last, (now, env_steps)
+        if last is None or now <= last[0]:
+            return own_rate
+        return (env_steps - last[1]) / (now - last[0])
 
     def evaluate(self, state: LearnerState, observations: Normalizer) -> None:
         from agents_operator.trainer.envs import make_env

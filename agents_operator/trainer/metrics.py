@@ -18,12 +18,17 @@ class Metrics:
 
     def __init__(self, port: int):
         self.registry = CollectorRegistry()
-        self.global_step = self._gauge("global_step", "Optimizer steps applied to the shared parameters.")
+        self.global_step = self._gauge("global_step", "Updates applied to the shared parameters (one per push).")
         self.env_steps = self._gauge("env_steps", "Environment steps taken by all workers so far.")
-        self.iterations = self._gauge("iterations", "PPO iterations (rollout + update) completed.")
+        self.iterations = self._gauge("iterations", "PPO iterations (rollout + update) of all workers.")
         self.mean_return = self._gauge("mean_return", "Mean return of the last iteration's training episodes.")
         self.eval_return = self._gauge("eval_mean_return", "Mean return of the last evaluation.")
-        self.steps_per_second = self._gauge("env_steps_per_second", "Environment steps per second (this worker).")
+        self.steps_per_second = self._gauge(
+            "env_steps_per_second", "Environment steps per second of the whole job, over the last iteration."
+        )
+        # Not a number until measured: readers (operator, launcher) leave NaN samples out.
+        for gauge in (self.mean_return, self.eval_return, self.steps_per_second):
+            gauge.set(float("nan"))
         self._server = None
         if port:
             try:

@@ -1,18 +1,19 @@
 """The local launcher with stand-in replicas (plain commands), so its policies are tested without TensorFlow."""
 
-import json
+import http.server
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from agents_operator import local, policy, tfconfig
+from agents_operator import local, policy, status, tfconfig
 from agents_operator.api import parse_job
 
 PY = sys.executable
@@ -140,7 +141,7 @@ def test_progress_comes_from_the_chiefs_metrics(tmp_path):
         r.env["PORT"] = str(launcher.metrics_port)
     outcome = launcher.run()
     assert outcome.succeeded
-    assert launcher.tracker.last[local.scrape.MEAN_RETURN] == -180.5
+    assert launcher.tracker.last[status.METRIC_MEAN_RETURN] == -180.5
     assert "mean return -180.5" in launcher.tracker.summary()
 
 
@@ -228,7 +229,23 @@ def test_succeeded(success_policy, codes, done):
     assert policy.succeeded(success_policy, codes) is done
 
 
-def test_scrape_parse_ignores_labels_comments_and_nan():
-    text = '# HELP x y\nagents_trainer_env_steps 5.0\nfoo{a="b"} 3\nagents_trainer_mean_return NaN\nbad line\n'
-    assert local.scrape.parse(text) == {"agents_trainer_env_steps": 5.0}
-    assert json.dumps(local.scrape.parse(""))
+def test_scrape_leaves_out_what_is_not_measured_yet():
+    body = b"# HELP x y\nagents_trainer_env_steps 5.0\nagents_trainer_mean_return NaN\n"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        assert local.scrape.scrape(url) == {"agents_trainer_env_steps": 5.0}
+    finally:
+        server.shutdown()
+    assert local.scrape.scrape(url, timeout=0.5) is None  # nobody listens any more
