@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest")
     p.add_argument("--logdir", help="run directory (default: runs/<job name>)")
-    p.add_argument("--no-video", action="store_true", help="skip the GIF of the learned policy at the end")
+    p.add_argument("--no-video", action="store_true", help="no GIF of the learned policy at the end (video_episodes=0)")
     p.set_defaults(func=_local)
 
     p = sub.add_parser(

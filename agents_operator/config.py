@@ -126,6 +126,9 @@ class TrainerConfig(BaseModel):
         10, ge=0, le=1_000_000, description="Evaluate the deterministic policy every N updates; 0 disables."
     )
     eval_episodes: int = Field(5, ge=1, le=10_000, description="Episodes per evaluation.")
+    video_episodes: int = Field(
+        1, ge=0, le=100, description="Episodes of the final policy the chief renders to videos/final.gif; 0: none."
+    )
     metrics_port: int = Field(
         9090, ge=0, le=65535, description="Port of the chief's Prometheus /metrics endpoint; 0 disables it."
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from typing import TextIO
 
 from agents_operator import naming, policy, render, scrape, status, tfconfig
 from agents_operator.api import AgentsJob
+from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
 
 POLL_SECONDS = 0.5
@@ -67,7 +67,9 @@ def _replace_logdir(args: list[str], logdir: Path) -> list[str]:
     return args
 
 
-def plan(job: AgentsJob, logdir: Path, ports: dict[str, int] | None = None, metrics_port: int = 0) -> list[Replica]:
+def plan(
+    job: AgentsJob, logdir: Path, ports: dict[str, int] | None = None, metrics_port: int = 0, video: bool = True
+) -> list[Replica]:
     """The local processes of `job`: rendered commands and environments, hosts mapped to localhost."""
     options = render.RenderOptions()
     members = [(t, i) for t, i in render.replicas(job) if t in tfconfig.CLUSTER_TYPES]
@@ -91,8 +93,10 @@ def plan(job: AgentsJob, logdir: Path, ports: dict[str, int] | None = None, metr
         if command == ["agents-operator"]:
             # The same program as in the pod, from this interpreter's environment.
             command = [sys.executable, "-m", "agents_operator"]
-            if metrics_port and "train" in args:
-                args = [*args[:-1], "--set", f"metrics_port={metrics_port}", args[-1]]
+            if "train" in args:
+                local_settings = [f"metrics_port={metrics_port}"] if metrics_port else []
+                local_settings += [] if video else ["video_episodes=0"]
+                args = [*args[:-1], *(a for s in local_settings for a in ("--set", s)), args[-1]]
         replicas.append(
             Replica(
                 type=replica_type,
@@ -149,12 +153,12 @@ class Tracker:
 class Launcher:
     """Starts, watches, restarts and stops the replicas of one job."""
 
-    def __init__(self, job: AgentsJob, logdir: Path, out: TextIO = sys.stderr):
+    def __init__(self, job: AgentsJob, logdir: Path, out: TextIO = sys.stderr, video: bool = True):
         self.job = job
         self.logdir = logdir
         self.out = out
         self.metrics_port = free_port()
-        self.replicas = plan(job, logdir, metrics_port=self.metrics_port)
+        self.replicas = plan(job, logdir, metrics_port=self.metrics_port, video=video)
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.restarts = 0
         self.tracker = Tracker(job.trainer_config().total_steps, out)
@@ -257,22 +261,10 @@ class Launcher:
         return None
 
 
-def render_video(logdir: Path, out: TextIO) -> Path | None:
-    """A GIF of the learned policy, made with `agents-operator visualize`; None when that fails."""
-    video = logdir / "videos" / "final.gif"
-    video.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "agents_operator", "visualize", "--logdir", str(logdir), "--out", str(video)]
-    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if result.returncode != 0:
-        print(f"no video: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'}", file=out)
-        return None
-    return video
-
-
 def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sys.stderr) -> int:
     """Run `job` here; 0 only when it succeeded."""
     logdir.mkdir(parents=True, exist_ok=True)
-    launcher = Launcher(job, logdir, out)
+    launcher = Launcher(job, logdir, out, video=video)
     counts = job.spec.replica_specs.counts()
     print(
         f"running AgentsJob {job.name}: {counts['ps']} ps, {counts['worker']} worker(s)"
@@ -293,7 +285,7 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
         outcome = policy.Outcome(False, "Interrupted", "stopped by the user; every replica was stopped")
     finally:
         signal.signal(signal.SIGTERM, previous)
-    made = render_video(logdir, out) if outcome.succeeded and video and shutil.which(sys.executable) else None
+    made = logdir / rundir.VIDEO if outcome.succeeded and (logdir / rundir.VIDEO).exists() else None
     summary = launcher.tracker.summary()
     print(f"{outcome.reason}: {outcome.message}", file=out)
     print(f"  {summary}", file=out)

@@ -192,6 +192,8 @@ def train(
             )
         if cluster is not None:
             state = _leave_cluster(cluster, learner, logdir, outputs.progress)
+        if chief and config.video_episodes:
+            _final_video(config, logdir, outputs.progress)
         result.env_steps, result.iterations = state.env_steps, state.iterations
         result.wall_seconds = time.monotonic() - started
         return result
@@ -208,6 +210,20 @@ def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.C
         # Each synchronous update is one iteration of every worker: all of them stop after the same one.
         return state.global_step >= config.updates(cluster.num_workers)
     return state.env_steps >= config.total_steps
+
+
+def _final_video(config: TrainerConfig, logdir: Path, progress: Progress) -> None:
+    """Render the final policy to videos/final.gif; a failure to render is reported, never fatal."""
+    from agents_operator.trainer import visualize
+
+    out = logdir / rundir.VIDEO
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        returns, _ = visualize.render(config, logdir, out, config.video_episodes)
+    except Exception as error:  # rendering needs display libraries a minimal image may lack
+        progress.note(f"no video: {type(error).__name__}: {error}")
+        return
+    progress.note(f"video {out}: return {', '.join(f'{r:.1f}' for r in returns)}")
 
 
 def _leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:

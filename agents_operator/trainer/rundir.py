@@ -15,6 +15,8 @@ import yaml
 from agents_operator.config import TrainerConfig
 
 CONFIG_FILE = "config.yaml"
+VIDEO = "videos/final.gif"
+"""Where the chief renders the final policy (`video_episodes`)."""
 CHANGEABLE_ON_RESUME = frozenset(
     {"total_steps", "checkpoint_every", "eval_every", "eval_episodes", "metrics_port", "threads"}
 )
