@@ -320,6 +320,8 @@ class Learner:
         self.graph = tf.Graph()
         chief = cluster is None or cluster.is_chief
         with self.graph.as_default():
+            # Weight initialisation (and so a whole single-process run) is reproducible from config.seed.
+            tf.compat.v1.set_random_seed(config.seed)
             setter = cluster.device_setter() if cluster else None
             sync = cluster.num_workers if cluster and config.mode == "sync" else 0
             self._g = build_graph(config, obs_dim, act_dim, setter, cluster.device if cluster else None, sync)
