@@ -1,4 +1,4 @@
-"""The trainer's sub-commands of `agents-operator`: train, visualize, plot.
+"""The trainer's sub-commands of `agents-operator`: train, visualize, plot, env-server.
 
 `register(subparsers)` adds them to the main CLI. Heavy imports (TensorFlow, gymnasium, matplotlib)
 happen inside the commands, so `agents-operator --help` stays fast. Mistakes a user can make (an unknown
@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from agents_operator import naming, presets, tfconfig
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints, rundir
+from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
@@ -74,6 +75,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plot.add_argument("--out", required=True, type=Path, help="output image (.png, .svg, .pdf)")
     plot.add_argument("--tag", default="train/mean_return", help="summary tag (default train/mean_return)")
     plot.set_defaults(func=_reporting("plot", run_plot))
+
+    env_server = subparsers.add_parser(
+        "env-server",
+        help="serve a batch of environments over gRPC (sidecar and remote placements)",
+        description="Serve --envs environments of --env to one trainer over gRPC until SIGTERM or SIGINT "
+        "(then close them and exit 0). Environment j is seeded with --seed + j. See docs/envserver.md.",
+    )
+    env_server.add_argument("--env", required=True, metavar="ID", help="gymnasium environment id")
+    env_server.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0: any)")
+    env_server.add_argument("--envs", type=int, default=1, help="environments to serve (default 1)")
+    env_server.add_argument("--seed", type=int, default=0, help="seed of the first environment (default 0)")
+    env_server.add_argument("--max-episode-steps", type=int, help="time limit (default: the environment's own)")
+    env_server.add_argument(
+        "--envs-per-process", type=int, help="environments per subprocess (default: spread over the usable CPUs)"
+    )
+    env_server.set_defaults(func=_reporting("env-server", run_env_server))
 
 
 def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -147,6 +164,22 @@ def run_plot(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     print(f"wrote {args.out}: " + ", ".join(f"{run} ({n} points)" for run, n in counts.items()))
     return 0
+
+
+def run_env_server(args: argparse.Namespace) -> int:
+    for name in ("envs", "envs_per_process", "max_episode_steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: not a port number")
+    _check_env_id(args.env)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from agents_operator.trainer.envserver import server
+
+    try:
+        return server.serve(args.env, args.envs, args.port, args.seed, args.max_episode_steps, args.envs_per_process)
+    except server.StartError as error:
+        raise UsageError(str(error)) from None
 
 
 def resolve_train_config(preset: str | None, overrides: list[str], logdir: Path, resume: bool) -> TrainerConfig:

@@ -1,0 +1,254 @@
+"""Rollout mode: the env server runs the policy next to its environments for a whole rollout.
+
+For slow or far-away sources (a robot, a simulator across a network), one round trip per environment step
+costs too much. Instead the trainer sends the policy's weights, its observation statistics and the
+rollout's Gaussian noise; the server acts for `rollout_steps` steps exactly as `loop.Sampler` would and
+returns the complete trajectories (`Rollout`). `RolloutSampler` then builds the same PPO `Batch` that
+`loop.Sampler` builds from per-step calls.
+
+The trainer draws the noise from its own random generator, in the order `loop.Sampler` draws it, so a
+rollout does not depend on where it was collected: same seeds and weights, same batch (tested bit for bit
+against the local sampler). One difference is deliberate: `loop.Sampler` acts on the first observation of
+a rollout as it was normalised at the end of the previous one; here every observation of a rollout is
+normalised with the statistics of that rollout. Both are equal while the statistics do not change.
+
+The server side (`run`) imports no TensorFlow; `to_batch` needs the learner's `Batch` and imports it late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo import returns
+from agents_operator.trainer.ppo.networks import NumpyPolicy
+
+if TYPE_CHECKING:
+    from agents_operator.config import TrainerConfig
+    from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.learner import Batch
+    from agents_operator.trainer.wrappers import TrainingEnv
+
+
+@dataclass
+class Rollout:
+    """T steps of n environments as the policy lived them; time-major arrays, raw (unnormalised) values."""
+
+    observations: np.ndarray
+    """(T + 1, n, *obs_shape) float32: the observation each step acted on, then the one after the last step.
+    Where an episode ended, the next row holds the next episode's first observation."""
+    actions: np.ndarray
+    """(T, n, act_dim) float32: sampled, before clipping to the action bounds."""
+    log_probs: np.ndarray
+    """(T, n) float32."""
+    means: np.ndarray
+    """(T, n, act_dim) float32: the Gaussian means."""
+    values: np.ndarray
+    """(T, n) float32: V of the normalised observation each step acted on."""
+    rewards: np.ndarray
+    """(T, n) float32, raw."""
+    terminated: np.ndarray
+    """(T, n) bool."""
+    truncated: np.ndarray
+    """(T, n) bool."""
+    final_values: np.ndarray
+    """(T, n) float32: V of the episode's final observation where it was truncated, else 0."""
+    last_values: np.ndarray
+    """(n,) float32: V of the observation after the last step."""
+    episode_steps: np.ndarray
+    """(E,) int64: the step in which each episode that ended in the rollout ended..."""
+    episode_envs: np.ndarray
+    """(E,) int64: ...in which environment..."""
+    episode_returns: np.ndarray
+    """(E,) float64: ...its undiscounted return..."""
+    episode_lengths: np.ndarray
+    """(E,) int64: ...and its length; ordered by step, then environment."""
+    restarted: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    """(n,) bool, set by the client: environments whose server was reset before this rollout after a
+    failure; the episode they were in was discarded and observations[0] starts a new one."""
+
+    def to_message(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "restarted"}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Rollout:
+        rollout = cls(**{f.name: message[f.name] for f in fields(cls) if f.name != "restarted"})
+        rollout.restarted = np.zeros(rollout.rewards.shape[1], bool)
+        return rollout
+
+    @classmethod
+    def concatenate(cls, parts: list[Rollout]) -> Rollout:
+        """The rollouts of consecutive groups of environments as one (environment indices shifted)."""
+        time_major = ("observations", "actions", "log_probs", "means", "values", "rewards", "terminated")
+        time_major += ("truncated", "final_values")
+        merged = {name: np.concatenate([getattr(part, name) for part in parts], axis=1) for name in time_major}
+        for name in ("last_values", "restarted", "episode_steps", "episode_returns", "episode_lengths"):
+            merged[name] = np.concatenate([getattr(part, name) for part in parts])
+        offsets = np.cumsum([0] + [part.rewards.shape[1] for part in parts[:-1]])
+        merged["episode_envs"] = np.concatenate([p.episode_envs + o for p, o in zip(parts, offsets, strict=True)])
+        order = np.lexsort((merged["episode_envs"], merged["episode_steps"]))
+        for name in ("episode_steps", "episode_envs", "episode_returns", "episode_lengths"):
+            merged[name] = merged[name][order]
+        return cls(**merged)
+
+
+# --- the request --------------------------------------------------------------------------------------
+
+
+def request(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
+    """A Collect request (without the session): the policy, the observation statistics and the noise."""
+    weights = [array for layer in policy.policy for array in layer] + [policy.log_std]
+    weights += [array for layer in policy.value for array in layer]
+    moments = observations.shared
+    return {
+        "weights": weights,
+        "num_policy_layers": len(policy.policy),
+        "activation": policy.activation,
+        "observation_moments": [moments.count, np.asarray(moments.sum), np.asarray(moments.sumsq)],
+        "clip_observations": observations.clip,
+        "normalize_observations": observations.enabled,
+        "noise": noise,
+    }
+
+
+def parse_request(message: dict[str, Any], observation_shape: tuple[int, ...]) -> tuple[NumpyPolicy, Normalizer]:
+    """The policy and the normaliser of a Collect request, as the trainer had them."""
+    policy = NumpyPolicy.from_values(list(message["weights"]), message["num_policy_layers"], message["activation"])
+    normalizer = Normalizer(observation_shape, message["clip_observations"], message["normalize_observations"])
+    count, total, squares = message["observation_moments"]
+    normalizer.shared = Moments(float(count), total, squares)
+    return policy, normalizer
+
+
+# --- the server side ----------------------------------------------------------------------------------
+
+
+class _Replay:
+    """Stands in for the `np.random.Generator` that `NumpyPolicy.sample` draws from and hands it the
+    trainer's noise, so that the server acts through the very code the trainer's sampler runs."""
+
+    def __init__(self, noise: np.ndarray):
+        self._noise = noise
+
+    def standard_normal(self, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        if tuple(shape) != self._noise.shape:
+            raise ValueError(f"noise of shape {self._noise.shape} for actions of shape {tuple(shape)}")
+        return self._noise.astype(dtype, copy=False)
+
+
+def run(
+    env: BatchEnv, observations: np.ndarray, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray
+) -> Rollout:
+    """`len(noise)` steps of `env` from its current raw `observations`, acting with `policy`.
+
+    Mirrors `loop.Sampler.collect` step for step: normalise, sample with the given noise, value, step; the
+    value of a truncated episode's final observation for bootstrapping.
+    """
+    steps, n = noise.shape[:2]
+    act_dim = noise.shape[2]
+    raw = np.empty((steps + 1, n, *observations.shape[1:]), np.float32)
+    raw[0] = observations
+    actions, means = (np.empty((steps, n, act_dim), np.float32) for _ in range(2))
+    log_probs, values, rewards = (np.empty((steps, n), np.float32) for _ in range(3))
+    final_values = np.zeros((steps, n), np.float32)
+    terminated, truncated = (np.empty((steps, n), bool) for _ in range(2))
+    ended_steps: list[int] = []
+    ended_envs: list[int] = []
+    episode_returns: list[float] = []
+    episode_lengths: list[int] = []
+    for t in range(steps):
+        acting = normalizer.normalize(raw[t])
+        actions[t], log_probs[t], means[t] = policy.sample(acting, _Replay(noise[t]))
+        values[t] = policy.value_of(acting)
+        step = env.step(actions[t])
+        raw[t + 1], rewards[t] = step.observations, step.rewards
+        terminated[t], truncated[t] = step.terminated, step.truncated
+        if step.truncated.any():
+            final_values[t, step.truncated] = policy.value_of(
+                normalizer.normalize(step.final_observations[step.truncated])
+            )
+        ended = np.flatnonzero(step.terminated | step.truncated).tolist()
+        ended_steps += [t] * len(ended)
+        ended_envs += ended
+        episode_returns += step.episode_returns
+        episode_lengths += step.episode_lengths
+    return Rollout(
+        observations=raw,
+        actions=actions,
+        log_probs=log_probs,
+        means=means,
+        values=values,
+        rewards=rewards,
+        terminated=terminated,
+        truncated=truncated,
+        final_values=final_values,
+        last_values=policy.value_of(normalizer.normalize(raw[steps])),
+        episode_steps=np.array(ended_steps, np.int64),
+        episode_envs=np.array(ended_envs, np.int64),
+        episode_returns=np.array(episode_returns, np.float64),
+        episode_lengths=np.array(episode_lengths, np.int64),
+        restarted=np.zeros(n, bool),
+    )
+
+
+# --- the trainer side ---------------------------------------------------------------------------------
+
+
+def to_batch(
+    rollout: Rollout, env: TrainingEnv, policy: NumpyPolicy, config: TrainerConfig
+) -> tuple[Batch, list[float], list[int]]:
+    """The PPO batch, episode returns and lengths that `loop.Sampler.collect` returns for the same steps.
+
+    Feeds `env`'s observation normaliser and reward scaler as `TrainingEnv.step` would have, step by step.
+    """
+    from agents_operator.trainer.learner import Batch  # imports TensorFlow, which the server side never needs
+
+    steps, n = rollout.rewards.shape
+    if rollout.restarted.any():
+        # The discarded episodes' discounted returns must not run on into the new ones.
+        env.rewards.returns[rollout.restarted] = 0.0
+        env.observations.observe(rollout.observations[0][rollout.restarted])
+    for t in range(steps):
+        env.observations.observe(rollout.observations[t + 1])
+        env.rewards.track(rollout.rewards[t], rollout.terminated[t] | rollout.truncated[t])
+    observations = env.observations.normalize(rollout.observations[:steps])
+    rewards = env.rewards.scale(rollout.rewards)
+    next_values = returns.next_values(
+        rollout.values, rollout.last_values, rollout.final_values, rollout.terminated | rollout.truncated
+    )
+    advantages, value_targets = returns.gae(
+        rewards, rollout.values, next_values, rollout.terminated, rollout.truncated, config.discount, config.gae_lambda
+    )
+    act_dim = rollout.actions.shape[2]
+    batch = Batch(
+        observations=observations.reshape(steps * n, -1),
+        actions=rollout.actions.reshape(steps * n, act_dim),
+        log_probs=rollout.log_probs.reshape(-1),
+        means=rollout.means.reshape(steps * n, act_dim),
+        log_std=policy.log_std.astype(np.float32),
+        values=rollout.values.reshape(-1),
+        advantages=advantages.reshape(-1),
+        returns=value_targets.reshape(-1),
+    )
+    return batch, rollout.episode_returns.tolist(), rollout.episode_lengths.tolist()
+
+
+class RolloutSampler:
+    """A drop-in for `loop.Sampler` over a `TrainingEnv` of a `RemoteBatchEnv`: the servers collect whole
+    rollouts (see the module docstring); the random generator is used exactly as `loop.Sampler` uses it."""
+
+    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
+        self.env = env
+        self.config = config
+        self.rng = rng
+        env.reset()
+
+    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
+        """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        noise = self.rng.standard_normal(shape, dtype=np.float32)
+        rollout = self.env.env.collect(policy, self.env.observations, noise)
+        return to_batch(rollout, self.env, policy, self.config)

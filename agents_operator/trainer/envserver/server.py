@@ -1,0 +1,190 @@
+"""The environment server: a `BatchEnv` behind the gRPC methods of `protocol`.
+
+`agents-operator env-server --env ID --envs N` runs one. Its environments live in BatchEnv's worker
+subprocesses, as in the trainer, so the server has exactly BatchEnv's semantics (environment j seeded with
+seed + j, automatic resets, final observations, episode returns), spreads a large batch over the cores it
+has, and outlives an environment that crashes its process: the failure goes back to the client with the
+environment's traceback, and the next Reset builds a fresh batch.
+
+A server belongs to one client (the trainer worker it serves). Calls run one at a time under a lock; the
+health check does not take it, so probes answer during a long rollout. Every Reset issues a new session
+token, and Step and Collect must carry the current one: a request meant for environments the server no
+longer has (it restarted, or another client reset it) is refused as stale rather than stepping episodes
+the client never saw begin.
+
+On SIGTERM or SIGINT the server stops taking calls, gives a call in flight a second to finish, closes its
+environments and exits 0. Its environment processes also exit by themselves when the server dies.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import numpy as np
+
+from agents_operator.trainer.envs import BatchEnv, EnvProcessError
+from agents_operator.trainer.envserver import DEFAULT_PORT, collector, protocol
+
+_LOG = logging.getLogger(__name__)
+_GRACE_SECONDS = 1.0
+_THREADS = 4  # one call at a time holds the environments; the others are health checks and stale requests
+
+
+class StartError(Exception):
+    """The server cannot start: its port is taken, or its environment is not one BatchEnv can run."""
+
+
+class _Stale(Exception):
+    """A request for a session that is not the server's current one."""
+
+
+class EnvService:
+    """The environments of one server and what each method does to them."""
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int = 0,
+        max_episode_steps: int | None = None,
+        envs_per_process: int | None = None,
+    ):
+        self._make = functools.partial(
+            BatchEnv,
+            env_id,
+            num_envs,
+            envs_per_process=envs_per_process,
+            seed=seed,
+            max_episode_steps=max_episode_steps,
+        )
+        self._env: BatchEnv | None = self._make()
+        self.spec = {
+            "env_id": env_id,
+            "num_envs": num_envs,
+            "observation_shape": list(self._env.observation_shape),
+            "action_shape": list(self._env.action_shape),
+            "action_low": self._env.action_low,
+            "action_high": self._env.action_high,
+        }
+        self._lock = threading.Lock()
+        self._session: str | None = None
+        self._observations: np.ndarray | None = None  # raw, of the current session
+
+    def handler(self, method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+        """The gRPC handler of `method`: decode, run under the lock, encode the reply or the failure."""
+        run = {"Spec": self._spec, "Reset": self._reset, "Step": self._step, "Collect": self._collect}[method]
+
+        def handle(data: bytes, context: grpc.ServicerContext) -> bytes:
+            with self._lock:
+                try:
+                    reply = run(protocol.decode(data))
+                except _Stale as error:
+                    reply = {"error": str(error), "stale": True}
+                except Exception as error:
+                    # Whatever the environments' state now is, the client must reset before it steps again.
+                    self._session = None
+                    if isinstance(error, EnvProcessError):
+                        self._discard_env()
+                    _LOG.warning("%s failed: %s", method, error)
+                    reply = {"error": f"{type(error).__name__}: {error}", "stale": False}
+            return protocol.encode(reply)
+
+        return handle
+
+    def close(self) -> None:
+        """Close the environments; does not wait for a call in flight (one may be stuck in an environment)."""
+        if self._env is not None:
+            self._env.close()
+
+    def _spec(self, message: dict[str, Any]) -> dict[str, Any]:
+        return self.spec
+
+    def _reset(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._env is None:
+            self._env = self._make()
+        self._observations = self._env.reset()
+        self._session = secrets.token_hex(8)
+        _LOG.info("reset %d environments (session %s)", self._env.num_envs, self._session)
+        return {"observations": self._observations, "session": self._session}
+
+    def _step(self, message: dict[str, Any]) -> dict[str, Any]:
+        env = self._current(message)
+        result = env.step(message["actions"])
+        self._observations = result.observations
+        return vars(result)
+
+    def _collect(self, message: dict[str, Any]) -> dict[str, Any]:
+        env = self._current(message)
+        policy, normalizer = collector.parse_request(message, env.observation_shape)
+        rollout = collector.run(env, self._observations, policy, normalizer, message["noise"])
+        self._observations = rollout.observations[-1]
+        return rollout.to_message()
+
+    def _current(self, message: dict[str, Any]) -> BatchEnv:
+        if self._session is None or message.get("session") != self._session:
+            raise _Stale(f"session {message.get('session')} is not current ({self._session or 'not reset'})")
+        assert self._env is not None
+        return self._env
+
+    def _discard_env(self) -> None:
+        """After an environment failed, its batch is unusable: close it now, build a fresh one on Reset."""
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+
+def start(service: EnvService, port: int, host: str = "[::]") -> tuple[grpc.Server, int]:
+    """A started gRPC server for `service` and the port it listens on (`port` 0 picks a free one)."""
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="env-server"), options=protocol.SERVER_OPTIONS
+    )
+    methods = {method: grpc.unary_unary_rpc_method_handler(service.handler(method)) for method in protocol.METHODS}
+    health = {protocol.HEALTH_METHOD: grpc.unary_unary_rpc_method_handler(lambda *_: protocol.HEALTH_SERVING)}
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(protocol.SERVICE, methods),
+            grpc.method_handlers_generic_handler(protocol.HEALTH_SERVICE, health),
+        )
+    )
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise StartError(f"cannot listen on port {port} (in use?)")
+    server.start()
+    return server, bound
+
+
+def serve(
+    env_id: str,
+    num_envs: int,
+    port: int = DEFAULT_PORT,
+    seed: int = 0,
+    max_episode_steps: int | None = None,
+    envs_per_process: int | None = None,
+) -> int:
+    """Serve until SIGTERM or SIGINT; prints one line with the port once it listens. Returns the exit code."""
+    stopping = threading.Event()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signal_number, lambda *_: stopping.set())
+    try:
+        service = EnvService(env_id, num_envs, seed, max_episode_steps, envs_per_process)
+    except ValueError as error:  # e.g. a discrete action space
+        raise StartError(str(error)) from None
+    try:
+        server, bound = start(service, port)
+        print(f"env-server: serving {num_envs} x {env_id} on port {bound}", flush=True)
+        stopping.wait()
+        server.stop(_GRACE_SECONDS).wait()
+    finally:
+        service.close()
+    return 0
