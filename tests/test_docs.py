@@ -20,7 +20,7 @@ def _mentioned() -> set[str]:
     found = set()
     for doc in DOCS:
         # at the start of a (code) line, after a path, or opening inline code: not `helm install agents-operator`
-        found |= set(re.findall(r"(?:^\s*|`|/)agents-operator ([a-z]+)", doc.read_text(), flags=re.M))
+        found |= set(re.findall(r"(?:^\s*|`|/)agents-operator ([a-z][a-z-]*)", doc.read_text(), flags=re.M))
     return found
 
 
