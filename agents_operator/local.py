@@ -1,9 +1,10 @@
 """Run an AgentsJob on this machine: every replica as a local process.
 
 Each process gets the command and environment that `render` gives its pod, with the cluster's host names
-mapped to free localhost ports and the run directory moved to a local folder. Restart policies and the
-success policy are honoured as the operator honours them (`policy.py` holds the shared rules); progress
-comes from the chief's /metrics endpoint, as it does for the operator.
+mapped to free localhost ports and the run directory moved to a local folder. Restart policies,
+backoffLimit, activeDeadlineSeconds and the success policy are honoured as the operator honours them
+(`policy.py` holds the shared rules); progress comes from the chief's /metrics endpoint, as it does for
+the operator.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ class Launcher:
         self.replicas = plan(job, logdir, metrics_port=self.metrics_port, video=video)
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.restarts = 0
+        self.started = time.monotonic()
         self.tracker = Tracker(job.trainer_config().total_steps, out)
 
     # --- processes ---------------------------------------------------------------------------------------
@@ -210,6 +212,7 @@ class Launcher:
 
     def run(self) -> policy.Outcome:
         """Run the job to its end; the outcome says whether it succeeded and why not."""
+        self.started = time.monotonic()
         for replica in self.replicas:
             self._start(replica)
         last_metrics = 0.0
@@ -258,6 +261,9 @@ class Launcher:
         workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER}
         if policy.succeeded(self.job.spec.success_policy, workers):
             return policy.Outcome(True, "Succeeded", "the job's workers finished")
+        deadline = self.job.spec.run_policy.active_deadline_seconds
+        if deadline is not None and time.monotonic() - self.started > deadline:
+            return policy.Outcome(False, "DeadlineExceeded", f"the job ran longer than {deadline} s")
         return None
 
 

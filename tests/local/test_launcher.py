@@ -114,6 +114,14 @@ def test_backoff_limit_bounds_restarts_across_the_job(tmp_path):
     assert launcher.restarts == 3
 
 
+def test_active_deadline_stops_the_job(tmp_path):
+    data = job(["sleep", "60"]).model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["runPolicy"]["activeDeadlineSeconds"] = 1
+    launcher, outcome = run(parse_job(data), tmp_path)
+    assert (outcome.succeeded, outcome.reason) == (False, "DeadlineExceeded")
+    assert not any(r.running for r in launcher.replicas)
+
+
 def test_never_policy_fails_at_once(tmp_path):
     _, outcome = run(job(["sh", "-c", "kill -9 $$"], worker_policy="Never"), tmp_path)
     assert not outcome.succeeded and "exit code 137" in outcome.message
