@@ -65,7 +65,9 @@ def random_policy(config: TrainerConfig, obs_dim: int, act_dim: int) -> NumpyPol
 def env_server(config: TrainerConfig) -> Iterator[str]:
     """`agents-operator env-server` for `config`'s batch, in its own process; yields its address."""
     command = [sys.executable, "-m", "agents_operator.cli", "env-server", "--env", config.env_id, "--port", "0"]
-    command += ["--envs", str(config.envs_per_worker), "--envs-per-process", str(config.envs_per_process)]
+    command += ["--envs", str(config.envs_per_worker)]
+    if config.envs_per_process:
+        command += ["--envs-per-process", str(config.envs_per_process)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         port = int(process.stdout.readline().rsplit(" ", 1)[1])
