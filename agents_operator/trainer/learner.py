@@ -338,17 +338,16 @@ class Learner:
             self._sync = _SyncOps.create(self._g.sync_optimizer, chief) if self._g.sync_optimizer else None
         self.graph.finalize()
         self._coordinator: tf.train.Coordinator | None = None
-        self.session = self._open_session()
+        self.session: tf.compat.v1.Session | None = self._open_session()
 
-    def _open_session(self) -> tf.compat.v1.Session:
+    def _session_config(self) -> tf.compat.v1.ConfigProto:
         threads = self.config.threads
         if self.cluster is not None:
-            session_config = self.cluster.session_config(threads)
-        else:
-            session_config = tf.compat.v1.ConfigProto(
-                intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads
-            )
-        return tf.compat.v1.Session(self.target, graph=self.graph, config=session_config)
+            return self.cluster.session_config(threads)
+        return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+
+    def _open_session(self) -> tf.compat.v1.Session:
+        return tf.compat.v1.Session(self.target, graph=self.graph, config=self._session_config())
 
     def join(self, initialize: Callable[[], object]) -> None:
         """Make the shared variables usable (the chief calls `initialize` when some are not) and, in sync
@@ -370,9 +369,16 @@ class Learner:
         self.join(initialize)
 
     def finish(self) -> None:
-        """Tell every ps that this worker is done (a ps exits once all workers are)."""
+        """Tell every ps that this worker is done (a ps exits once all workers are); the learner is closed.
+
+        The training session is closed first, while the ps tasks still run: in sync mode the chief's queue
+        runner waits on a ps for gradients that will not come, and closing a session after that ps has
+        exited would wait for the call forever. The tokens go out through a session of their own.
+        """
+        self._close_session()
         if self._done:
-            self.session.run(self._done)
+            with tf.compat.v1.Session(self.target, graph=self.graph, config=self._session_config()) as session:
+                session.run(self._done)
 
     def initialize(self) -> LearnerState:
         """Fresh shared state (the chief, or a single process) and a fresh local copy."""
@@ -448,10 +454,13 @@ class Learner:
         self._close_session()
 
     def _close_session(self) -> None:
+        """Stop the queue runner (sync chief) and close the session; safe to repeat."""
         if self._coordinator is not None:
             self._coordinator.request_stop()
             self._coordinator = None
-        self.session.close()
+        if self.session is not None:
+            self.session.close()
+            self.session = None
 
     def _feed(self, batch: Batch, index: Any) -> dict[tf.Tensor, np.ndarray]:
         feeds = self._g.feeds

@@ -237,10 +237,11 @@ def _leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path,
         own = cluster.tf_config.task_index
         others = [a for i, a in enumerate(cluster.tf_config.cluster["worker"]) if i != own]
         distributed.wait_until_gone(others, progress.note)
-        state = learner.state()
+    state = learner.state()
+    if cluster.is_chief:
         progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
     learner.finish()
-    return learner.state()
+    return state
 
 
 def _share_statistics(env: TrainingEnv, state: LearnerState) -> None:
