@@ -118,13 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "render",
-        help="print the Services and Pods the operator creates for a job",
+        help="print the children (NetworkPolicy, Services, Pods, TensorBoard) the operator creates for a job",
         description="Print, as multi-document YAML, the children the operator creates for the AgentsJob in "
         "FILE. Offline the job has no uid yet, so ownerReferences are left out.",
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest ('-' for standard input)")
     p.add_argument("-n", "--namespace", help="namespace (default: the manifest's, else 'default')")
-    p.add_argument("--image", help="image for replicas that name none (default: %(default)s)")
+    p.add_argument("--image", help=f"image for replicas that name none (default: agents-operator:{__version__})")
     p.set_defaults(func=_render)
 
     p = sub.add_parser(

@@ -78,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     env_server = subparsers.add_parser(
         "env-server",
-        help="serve a batch of environments over gRPC (sidecar and remote placements)",
+        help="serve a batch of environments over gRPC to a trainer that runs elsewhere",
         description="Serve --envs environments of --env to one trainer over gRPC until SIGTERM or SIGINT "
         "(then close them and exit 0). Environment j is seeded with --seed + j. See docs/envserver.md.",
     )
