@@ -41,13 +41,22 @@ def _validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _load_job(path: str):
+    """The AgentsJob in `path`, or None after printing why it is not one (one line per problem)."""
+    from agents_operator import manifests
+
+    try:
+        return manifests.load_job(path)
+    except manifests.ManifestError as err:
+        print(err, file=sys.stderr)
+        return None
+
+
 def _render(args: argparse.Namespace) -> int:
     from agents_operator import manifests, render
 
-    try:
-        job = manifests.load_job(args.file)
-    except manifests.ManifestError as err:
-        print(err, file=sys.stderr)
+    job = _load_job(args.file)
+    if job is None:
         return 1
     if args.namespace:
         job.metadata.namespace = args.namespace
@@ -60,12 +69,10 @@ def _local(args: argparse.Namespace) -> int:
     import logging
     from pathlib import Path
 
-    from agents_operator import local, manifests
+    from agents_operator import local
 
-    try:
-        job = manifests.load_job(args.file)
-    except manifests.ManifestError as err:
-        print(err, file=sys.stderr)
+    job = _load_job(args.file)
+    if job is None:
         return 1
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logdir = Path(args.logdir) if args.logdir else Path("runs") / job.name
