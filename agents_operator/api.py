@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
-from agents_operator import naming, presets
+from agents_operator import naming, presets, tfconfig
 from agents_operator.config import TrainerConfig
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
@@ -23,6 +23,7 @@ CleanPodPolicy = Literal["All", "Running", "None"]
 SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
 ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 ShortText = Annotated[str, Field(max_length=253)]
+DEFAULT_ENV_SERVER_PORT = 50051
 
 
 class CamelModel(BaseModel):
@@ -178,6 +179,70 @@ class TensorBoard(CamelModel):
     image: str | None = Field(None, max_length=1024, description="TensorBoard image; defaults to spec.image.")
 
 
+class EnvServer(CamelModel):
+    """The env-server container: a sidecar of each worker, or the container of each env-server pod."""
+
+    image: str | None = Field(
+        None, max_length=1024, description="Image with the simulator and agents-operator; defaults to spec.image."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="Pull policy of the env-server container."
+    )
+    resources: dict[str, Any] | None = Field(
+        None,
+        description="ResourceRequirements of the env-server container (requests, limits), kept as given.",
+    )
+    env: list[dict[str, Any]] | None = Field(
+        None,
+        max_length=256,
+        description="Extra environment variables of the env-server container (EnvVar objects).",
+    )
+    restart_policy: RestartPolicy = Field(
+        "OnFailure",
+        description="remote only: what a failed env-server pod leads to, as for replicas (restarts count "
+        "against runPolicy.backoffLimit). Sidecars are restarted by the kubelet.",
+    )
+    template: PodTemplate | None = Field(
+        None,
+        description="remote only: pod template of the env-server pods. The container named 'env-server' (or "
+        "else the first) runs the server; image, resources and env above fill in what it leaves unset.",
+    )
+
+
+class Environments(CamelModel):
+    """Where each worker's environments are simulated."""
+
+    placement: Literal["colocated", "sidecar", "remote"] = Field(
+        "colocated",
+        description="colocated: subprocesses of the worker. sidecar: an env-server container in each worker "
+        "(and evaluator) pod, over localhost. remote: env-server pods <job>-envserver-<i> with a headless "
+        "Service each; worker w uses servers w*serversPerWorker ... (w+1)*serversPerWorker-1.",
+    )
+    mode: Literal["step", "rollout"] = Field(
+        "step",
+        description="step: one round trip per batched step. rollout: the server runs the policy for a whole "
+        "rollout and returns the trajectories (one round trip per rollout; for slow or far sources).",
+    )
+    servers_per_worker: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="remote only: env servers per worker; the worker's envsPerWorker are split over them.",
+    )
+    port: int = Field(
+        DEFAULT_ENV_SERVER_PORT,
+        ge=1024,
+        le=65535,
+        description="gRPC port of the env servers; only the job's own pods may reach it.",
+    )
+    server: EnvServer = Field(default_factory=EnvServer, description=EnvServer.__doc__)
+
+    @property
+    def outside(self) -> bool:
+        """The environments live in env servers, not in the worker's own subprocesses."""
+        return self.placement != "colocated"
+
+
 class AgentsJobSpec(CamelModel):
     image: str | None = Field(
         None, max_length=1024, description="Image of every replica; defaults to the operator's trainer image."
@@ -193,6 +258,15 @@ class AgentsJobSpec(CamelModel):
     )
     storage: Storage = Field(default_factory=Storage, description="Where the run directory lives.")
     tensorboard: TensorBoard = Field(default_factory=TensorBoard, description="Optional TensorBoard.")
+    environments: Environments = Field(
+        default_factory=Environments, description="Where the environments run: colocated, sidecar or remote."
+    )
+
+    def restart_policy(self, replica_type: str) -> RestartPolicy:
+        """Restart policy of the pods of any child type, env servers included."""
+        if replica_type == naming.ENV_SERVER:
+            return self.environments.server.restart_policy
+        return getattr(self.replica_specs, replica_type).restart_policy
 
 
 # --- status ----------------------------------------------------------------------------------------------
@@ -306,6 +380,11 @@ def _get(obj: Any, *path: str) -> Any:
 _NAME_RE = re.compile(naming.DNS_1035_LABEL)
 
 
+def env_server_count(workers: int, servers_per_worker: int, evaluator: bool) -> int:
+    """Env-server pods of a remote placement: each worker's own, then one for the evaluator."""
+    return workers * servers_per_worker + (1 if evaluator else 0)
+
+
 def _replica_counts(replica_specs: dict) -> tuple:
     return tuple(_get(replica_specs, t, "replicas") if t in replica_specs else 0 for t in naming.REPLICA_TYPES)
 
@@ -395,6 +474,57 @@ RULES: tuple[Rule, ...] = (
             or _replica_counts(_get(new, "spec", "replicaSpecs") or {})
             == _replica_counts(_get(old, "spec", "replicaSpecs") or {})
         ),
+    ),
+    Rule(
+        at=("spec", "environments"),
+        cel="self.placement == 'remote' || self.serversPerWorker == 1",
+        message="environments.serversPerWorker applies to placement remote only (a sidecar is one server per pod)",
+        field="spec.environments.serversPerWorker",
+        check=lambda new, _: (
+            _get(new, "spec", "environments", "placement") == "remote"
+            or _get(new, "spec", "environments", "serversPerWorker") in (None, 1)
+        ),
+    ),
+    Rule(
+        at=("spec", "environments"),
+        cel="self.placement == 'remote' || !has(self.server.template)",
+        message="environments.server.template applies to placement remote only (the pods of the env servers)",
+        field="spec.environments.server.template",
+        check=lambda new, _: (
+            _get(new, "spec", "environments", "placement") == "remote"
+            or _get(new, "spec", "environments", "server", "template") is None
+        ),
+    ),
+    Rule(
+        at=("spec", "environments"),
+        cel=f"self.port != {tfconfig.DEFAULT_PORT}",
+        message=f"environments.port must differ from the TensorFlow port {tfconfig.DEFAULT_PORT}",
+        field="spec.environments.port",
+        check=lambda new, _: _get(new, "spec", "environments", "port") != tfconfig.DEFAULT_PORT,
+    ),
+    Rule(
+        at=("spec",),
+        cel="self.environments.placement != 'remote' || self.replicaSpecs.worker.replicas * "
+        f"self.environments.serversPerWorker + (has(self.replicaSpecs.evaluator) ? 1 : 0) <= {naming.MAX_REPLICAS}",
+        message=f"placement remote makes workers x serversPerWorker env servers (+1 for the evaluator); at most "
+        f"{naming.MAX_REPLICAS}",
+        field="spec.environments.serversPerWorker",
+        check=lambda new, _: (
+            _get(new, "spec", "environments", "placement") != "remote"
+            or env_server_count(
+                _get(new, "spec", "replicaSpecs", "worker", "replicas") or 1,
+                _get(new, "spec", "environments", "serversPerWorker") or 1,
+                _get(new, "spec", "replicaSpecs", "evaluator") is not None,
+            )
+            <= naming.MAX_REPLICAS
+        ),
+    ),
+    Rule(
+        at=("spec", "environments"),
+        cel="self == oldSelf",
+        message="environments is immutable: every worker's command names its env servers",
+        field="spec.environments",
+        check=lambda new, old: old is None or _get(new, "spec", "environments") == _get(old, "spec", "environments"),
     ),
     Rule(
         at=("spec", "trainer"),
@@ -498,7 +628,7 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
         raise InvalidJob(_pydantic_problems(err)) from None
     problems = check_rules(data, old)
     try:
-        job.trainer_config()
+        problems += _environment_problems(job.spec.environments, job.trainer_config())
     except KeyError as err:
         problems.append(Problem("spec.trainer.preset", str(err.args[0])))
     except ValidationError as err:
@@ -506,6 +636,26 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
     if problems:
         raise InvalidJob(problems)
     return job
+
+
+def _environment_problems(environments: Environments, config: TrainerConfig) -> list[Problem]:
+    """Rules between spec.environments and the resolved trainer config (the CRD cannot see presets)."""
+    problems = []
+    if environments.servers_per_worker > config.envs_per_worker:
+        problems.append(
+            Problem(
+                "spec.environments.serversPerWorker",
+                f"{environments.servers_per_worker} servers cannot split envsPerWorker {config.envs_per_worker}",
+            )
+        )
+    if environments.placement == "sidecar" and environments.port == config.metrics_port:
+        problems.append(
+            Problem(
+                "spec.environments.port",
+                f"{environments.port} is the trainer's metricsPort, which shares the sidecar's pod network",
+            )
+        )
+    return problems
 
 
 def _trainer_problems(err: ValidationError) -> list[Problem]:

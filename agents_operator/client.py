@@ -55,8 +55,8 @@ def _is_true(job: dict, type_: str) -> bool:
 
 def _parse_replica(replica: str) -> tuple[str, int]:
     replica_type, _, index = replica.rpartition("-")
-    if replica_type not in naming.REPLICA_TYPES or not index.isdigit():
-        raise ValueError(f"replica must look like worker-0, ps-0 or evaluator-0, got {replica!r}")
+    if replica_type not in naming.CHILD_TYPES or not index.isdigit():
+        raise ValueError(f"replica must look like worker-0, ps-0, evaluator-0 or envserver-0, got {replica!r}")
     return replica_type, int(index)
 
 

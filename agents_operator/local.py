@@ -39,7 +39,7 @@ def free_port() -> int:
 
 @dataclass
 class Replica:
-    """One replica of the job as a local process."""
+    """One replica of the job (or the env-server sidecar of one) as a local process."""
 
     type: str
     index: int
@@ -47,6 +47,8 @@ class Replica:
     env: dict[str, str]
     restart_policy: str
     log_path: Path
+    sidecar: str | None = None
+    """The sidecar container this process plays, or None for the pod's main container."""
     process: subprocess.Popen | None = None
     attempts: int = 0
     exit_code: int | None = None
@@ -54,61 +56,112 @@ class Replica:
 
     @property
     def name(self) -> str:
-        return f"{self.type}-{self.index}"
+        return f"{self.type}-{self.index}" + (f"/{self.sidecar}" if self.sidecar else "")
 
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
 
-def _replace_logdir(args: list[str], logdir: Path) -> list[str]:
+def _replace_flag(args: list[str], flag: str, value: str) -> list[str]:
     args = list(args)
-    if "--logdir" in args:
-        args[args.index("--logdir") + 1] = str(logdir)
+    if flag in args:
+        args[args.index(flag) + 1] = value
     return args
+
+
+def _main_container(pod: dict, replica_type: str) -> dict:
+    name = render.ENV_SERVER_CONTAINER if replica_type == naming.ENV_SERVER else render.TRAINER_CONTAINER
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == name), containers[0])
+
+
+def _sidecars(pod: dict) -> list[dict]:
+    """Native sidecars of the pod (init containers that keep running): its env server, when placed so."""
+    return [c for c in pod["spec"].get("initContainers", []) if c.get("restartPolicy") == "Always"]
 
 
 def plan(
     job: AgentsJob, logdir: Path, ports: dict[str, int] | None = None, metrics_port: int = 0, video: bool = True
 ) -> list[Replica]:
-    """The local processes of `job`: rendered commands and environments, hosts mapped to localhost."""
+    """The local processes of `job`: rendered commands and environments, hosts mapped to localhost.
+
+    `ports` pins the local port of a process by its name (`worker-0`, `envserver-1`, `worker-0/env-server`);
+    the others get free ports.
+    """
     options = render.RenderOptions()
-    members = [(t, i) for t, i in render.replicas(job) if t in tfconfig.CLUSTER_TYPES]
     ports = ports or {}
+    env_port = job.spec.environments.port
+    local_ports = {f"{t}-{i}": ports.get(f"{t}-{i}") or free_port() for t, i in render.replicas(job)}
     addresses = {
-        tfconfig.host(job.name, t, i, job.namespace, options.port): f"localhost:{ports.get(f'{t}-{i}') or free_port()}"
-        for t, i in members
+        tfconfig.host(job.name, t, i, job.namespace, options.port): f"localhost:{local_ports[f'{t}-{i}']}"
+        for t, i in render.replicas(job)
+        if t in tfconfig.CLUSTER_TYPES
     }
+    addresses.update(
+        {
+            tfconfig.host(job.name, t, i, job.namespace, env_port): f"localhost:{local_ports[f'{t}-{i}']}"
+            for t, i in render.replicas(job)
+            if t == naming.ENV_SERVER
+        }
+    )
     replicas = []
     for replica_type, index in render.replicas(job):
         pod = render.pod(job, replica_type, index, options)
-        container = pod["spec"]["containers"][0]
-        for candidate in pod["spec"]["containers"]:
-            if candidate["name"] == render.TRAINER_CONTAINER:
-                container = candidate
-        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-        env[tfconfig.ENV_VAR] = tfconfig.parse(env[tfconfig.ENV_VAR]).with_addresses(addresses).to_json()
-        env["AGENTS_LOGDIR"] = str(logdir)
-        command = container.get("command", [])
-        args = _replace_logdir(container.get("args", []), logdir)
-        if command == ["agents-operator"]:
-            # The same program as in the pod, from this interpreter's environment.
-            command = [sys.executable, "-m", "agents_operator"]
-            if "train" in args:
-                local_settings = [f"metrics_port={metrics_port}"] if metrics_port else []
-                local_settings += [] if video else ["video_episodes=0"]
-                args = [*args[:-1], *(a for s in local_settings for a in ("--set", s)), args[-1]]
+        own = dict(addresses)
+        log = logdir / "logs" / naming.child_name(job.name, replica_type, index)
+        for sidecar in _sidecars(pod):
+            name = f"{replica_type}-{index}/{sidecar['name']}"
+            port = ports.get(name) or free_port()
+            own[f"localhost:{env_port}"] = f"localhost:{port}"  # the pod's localhost, here its own port
+            process = _process(sidecar, logdir, {}, port, metrics_port, video)
+            replicas.append(
+                Replica(
+                    replica_type,
+                    index,
+                    *process,
+                    restart_policy="Always",
+                    log_path=log.with_name(f"{log.name}.{sidecar['name']}.log"),
+                    sidecar=sidecar["name"],
+                )
+            )
+        port = local_ports[f"{replica_type}-{index}"] if replica_type == naming.ENV_SERVER else None
         replicas.append(
             Replica(
-                type=replica_type,
-                index=index,
-                argv=[*command, *args],
-                env=env,
-                restart_policy=getattr(job.spec.replica_specs, replica_type).restart_policy,
-                log_path=logdir / "logs" / f"{naming.child_name(job.name, replica_type, index)}.log",
+                replica_type,
+                index,
+                *_process(_main_container(pod, replica_type), logdir, own, port, metrics_port, video),
+                restart_policy=job.spec.restart_policy(replica_type),
+                log_path=log.with_name(f"{log.name}.log"),
             )
         )
     return replicas
+
+
+def _process(
+    container: dict, logdir: Path, addresses: dict[str, str], port: int | None, metrics_port: int, video: bool
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of one rendered container as a local process."""
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    if tfconfig.ENV_VAR in env:
+        env[tfconfig.ENV_VAR] = tfconfig.parse(env[tfconfig.ENV_VAR]).with_addresses(addresses).to_json()
+    if tfconfig.ENV_SERVERS_VAR in env:
+        servers = tfconfig.parse_env_servers(env[tfconfig.ENV_SERVERS_VAR]).with_addresses(addresses)
+        env[tfconfig.ENV_SERVERS_VAR] = servers.to_json()
+    if "AGENTS_LOGDIR" in env:
+        env["AGENTS_LOGDIR"] = str(logdir)
+    command = container.get("command", [])
+    args = _replace_flag(container.get("args", []), "--logdir", str(logdir))
+    if port is not None:
+        args = _replace_flag(args, "--port", str(port))
+    if command == ["agents-operator"]:
+        # The same program as in the pod, from this interpreter's environment.
+        command = [sys.executable, "-m", "agents_operator"]
+        if "train" in args:
+            local_settings = [f"metrics_port={metrics_port}"] if metrics_port else []
+            local_settings += [] if video else ["video_episodes=0"]
+            args = [*args[:-1], *(a for s in local_settings for a in ("--set", s)), args[-1]]
+    return [*command, *args], env
 
 
 class Tracker:
@@ -239,6 +292,11 @@ class Launcher:
                 continue
             replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
             print(f"{replica.name} exited with code {replica.exit_code}", file=self.out)
+            if replica.sidecar is not None:
+                # As the kubelet does with a native sidecar: restarted, not counted against backoffLimit.
+                print(f"restarting {replica.name}", file=self.out)
+                self._start(replica)
+                continue
             if replica.exit_code == 0:
                 continue
             if not policy.should_restart(replica.restart_policy, replica.exit_code):
@@ -258,7 +316,7 @@ class Launcher:
             self.restarts += 1
             print(f"restarting {replica.name} (restart {self.restarts})", file=self.out)
             self._start(replica)
-        workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER}
+        workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER and r.sidecar is None}
         if policy.succeeded(self.job.spec.success_policy, workers):
             return policy.Outcome(True, "Succeeded", "the job's workers finished")
         deadline = self.job.spec.run_policy.active_deadline_seconds
@@ -272,9 +330,12 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
     logdir.mkdir(parents=True, exist_ok=True)
     launcher = Launcher(job, logdir, out, video=video)
     counts = job.spec.replica_specs.counts()
+    placement = job.spec.environments.placement
+    servers = sum(1 for r in launcher.replicas if r.type == naming.ENV_SERVER or r.sidecar)
     print(
         f"running AgentsJob {job.name}: {counts['ps']} ps, {counts['worker']} worker(s)"
         + (f", {counts['evaluator']} evaluator" if counts["evaluator"] else "")
+        + (f", {servers} env server(s) ({placement})" if servers else "")
         + f"; run directory {logdir}",
         file=out,
     )

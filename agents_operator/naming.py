@@ -18,6 +18,9 @@ PS = "ps"
 WORKER = "worker"
 EVALUATOR = "evaluator"
 REPLICA_TYPES = (PS, WORKER, EVALUATOR)
+ENV_SERVER = "envserver"
+"""Env-server pods of a `remote` placement: children like replicas, but not in spec.replicaSpecs."""
+CHILD_TYPES = (*REPLICA_TYPES, ENV_SERVER)
 
 LABEL_JOB = f"{GROUP}/job-name"
 LABEL_TYPE = f"{GROUP}/replica-type"
@@ -27,7 +30,7 @@ LABEL_COMPONENT = f"{GROUP}/component"
 ROLE_CHIEF = "chief"
 
 MAX_REPLICAS = 999
-"""Upper bound of any replica count: indices stay within three digits."""
+"""Upper bound of any replica count (env servers included): indices stay within three digits."""
 
 DNS_LABEL_MAX = 63
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -39,7 +42,7 @@ NETWORK_POLICY_SUFFIX = "-replicas"
 
 def _longest_suffix() -> int:
     index = str(MAX_REPLICAS - 1)
-    suffixes = [f"-{t}-{index}" for t in REPLICA_TYPES] + [TENSORBOARD_SUFFIX]
+    suffixes = [f"-{t}-{index}" for t in CHILD_TYPES] + [TENSORBOARD_SUFFIX]
     return max(len(s) for s in suffixes)
 
 
@@ -82,6 +85,6 @@ def parse_child(labels: dict[str, str] | None) -> tuple[str, int] | None:
     """(replica type, index) of a child from its labels, or None when they are not ours or malformed."""
     labels = labels or {}
     replica_type, index = labels.get(LABEL_TYPE), labels.get(LABEL_INDEX, "")
-    if replica_type not in REPLICA_TYPES or not index.isdigit():
+    if replica_type not in CHILD_TYPES or not index.isdigit():
         return None
     return replica_type, int(index)

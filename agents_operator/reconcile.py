@@ -117,7 +117,8 @@ class Plan:
 
 KIND_POD, KIND_SERVICE, KIND_DEPLOYMENT = "Pod", "Service", "Deployment"
 WARNING_TRANSITIONS = {"Failed", "Restarting"}
-CLUSTER_TYPES = (naming.PS, naming.WORKER)
+RUNNING_TYPES = (naming.PS, naming.WORKER, naming.ENV_SERVER)
+"""The pods a job needs running to train (the evaluator is optional to progress)."""
 
 
 def _as_pod(pod: Mapping | PodView, job: str) -> PodView | None:
@@ -182,7 +183,10 @@ def _replica_statuses(
     job: api.AgentsJob, pods: Mapping[tuple[str, int], PodView], prev: AgentsJobStatus | None = None
 ) -> dict[str, ReplicaStatus]:
     out = {}
-    for replica_type, _ in job.spec.replica_specs.items():
+    types = [t for t, _ in job.spec.replica_specs.items()]
+    if render.remote_env_servers(job):
+        types.append(naming.ENV_SERVER)
+    for replica_type in types:
         views = [p for p in pods.values() if p.replica_type == replica_type]
         counts = {s: sum(1 for p in views if p.state == s) for s in (ACTIVE, SUCCEEDED, FAILED)}
         if prev is not None:  # a finished job keeps what it saw, though cleanup removes pods
@@ -202,11 +206,15 @@ def _cleanup(
     stop_running: bool,
     why: str,
 ) -> None:
-    """cleanPodPolicy after the job finished. `stop_running` deletes active pods even under None."""
+    """cleanPodPolicy after the job finished. `stop_running` deletes active pods even under None.
+
+    Running env servers are always deleted: they serve only this job's workers and never exit by themselves.
+    """
     for pod in pods.values():
         if pod.terminating:
             continue
-        if policy == "All" or (pod.state == ACTIVE and (policy == "Running" or stop_running)):
+        stop = policy == "Running" or stop_running or pod.replica_type == naming.ENV_SERVER
+        if policy == "All" or (pod.state == ACTIVE and stop):
             b.delete(KIND_POD, pod.name, f"job {why}, cleanPodPolicy {policy}")
     if policy != "None":
         for svc in services:
@@ -326,7 +334,7 @@ def plan(
             if pod.counted is not None:  # counted before (perhaps by an operator that then stopped)
                 replace_pods.append(pod)
                 continue
-            policy = getattr(spec_job.spec.replica_specs, pod.replica_type).restart_policy
+            policy = spec_job.spec.restart_policy(pod.replica_type)
             if policy == "Never":
                 outcome = ("Failed", "PodFailed", f"{_describe(pod)}; restartPolicy Never")
             elif policy == "ExitCode" and pod.exit_code is not None and 1 <= pod.exit_code <= 127:
@@ -417,16 +425,17 @@ def plan(
             b.requeue(run.active_deadline_seconds)
 
     # Conditions of a job in progress.
-    members = [slots.get(s) for s in expected if s[0] in CLUSTER_TYPES]
+    members = [slots.get(s) for s in expected if s[0] in RUNNING_TYPES]
     running = all(p is not None and not p.terminating and p.phase in ("Running", "Succeeded") for p in members)
+    what = "ps, worker and env server" if any(s[0] == naming.ENV_SERVER for s in expected) else "ps and worker"
     if running:
-        b.condition("Restarting", False, "JobRunning", "every ps and worker is running")
-        b.condition("Running", True, "JobRunning", "every ps and worker is running")
+        b.condition("Restarting", False, "JobRunning", f"every {what} is running")
+        b.condition("Running", True, "JobRunning", f"every {what} is running")
     elif new_restart or status.is_true(prev, "Restarting"):
         b.condition("Running", False, "Restarting", "failed pods are being replaced")
         b.condition("Restarting", True, "Restarting", "failed pods are being replaced")
     else:
-        b.condition("Running", False, "PodsPending", "waiting for every ps and worker to run")
+        b.condition("Running", False, "PodsPending", f"waiting for every {what} to run")
     st.replica_statuses = _replica_statuses(spec_job, {s: p for s, p in slots.items() if not p.terminating})
     return b.finish(old)
 

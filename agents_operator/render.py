@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents_operator import __version__, naming, tfconfig
-from agents_operator.api import AgentsJob, ReplicaSpec
+from agents_operator.api import AgentsJob
 
 DEFAULT_IMAGE = f"agents-operator:{__version__}"
 TRAINER_CONTAINER = "agents"
+ENV_SERVER_CONTAINER = "env-server"
 RUN_VOLUME = "agents-run"
 GRPC_PORT_NAME = "tf-grpc"
+ENV_PORT_NAME = "env-grpc"
 METRICS_PORT_NAME = "metrics"
 TENSORBOARD_PORT = 6006
 RUN_AS = 1000
@@ -100,9 +102,10 @@ def _merge_defaults(defaults: dict, given: dict | None) -> dict:
     return out
 
 
-def _trainer_index(containers: list[dict]) -> int:
+def _main_index(containers: list[dict], name: str) -> int:
+    """The container named `name`, or else the first."""
     names = [c.get("name") for c in containers]
-    return names.index(TRAINER_CONTAINER) if TRAINER_CONTAINER in names else 0
+    return names.index(name) if name in names else 0
 
 
 def _env(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) -> list[dict]:
@@ -118,10 +121,15 @@ def _env(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) 
         "AGENTS_LOGDIR": run_dir(job),
         "PYTHONUNBUFFERED": "1",
     }
+    servers = env_server_addresses(job, replica_type, index)
+    if servers:
+        values[tfconfig.ENV_SERVERS_VAR] = tfconfig.EnvServers(servers, job.spec.environments.mode).to_json()
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
 def _ports(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) -> list[dict]:
+    if replica_type == naming.ENV_SERVER:
+        return [{"name": ENV_PORT_NAME, "containerPort": job.spec.environments.port, "protocol": "TCP"}]
     ports = []
     if replica_type in tfconfig.CLUSTER_TYPES:
         ports.append({"name": GRPC_PORT_NAME, "containerPort": options.port, "protocol": "TCP"})
@@ -161,25 +169,44 @@ def _trainer_container(job: AgentsJob, given: dict, replica_type: str, index: in
 
 
 def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | None = None) -> dict:
-    """The Pod of replica `<job>-<replica_type>-<index>`."""
+    """The Pod of child `<job>-<replica_type>-<index>`: a replica, or an env server of a remote placement."""
     options = options or RenderOptions()
-    spec: ReplicaSpec = getattr(job.spec.replica_specs, replica_type)
-    template = spec.template.model_dump(by_alias=True, exclude_none=True) if spec.template else {}
+    if replica_type == naming.ENV_SERVER:
+        given = job.spec.environments.server.template
+        main_name, default = ENV_SERVER_CONTAINER, {"name": ENV_SERVER_CONTAINER}
+    else:
+        given = getattr(job.spec.replica_specs, replica_type).template
+        main_name, default = TRAINER_CONTAINER, {"name": TRAINER_CONTAINER}
+    template = given.model_dump(by_alias=True, exclude_none=True) if given else {}
     template_meta = template.get("metadata") or {}
-    pod_spec = copy.deepcopy(template.get("spec") or {"containers": [{"name": TRAINER_CONTAINER}]})
+    pod_spec = copy.deepcopy(template.get("spec") or {"containers": [default]})
 
     containers = pod_spec["containers"]
-    trainer = _trainer_index(containers)
-    containers[trainer] = _trainer_container(job, containers[trainer], replica_type, index, options)
+    main = _main_index(containers, main_name)
+    if replica_type == naming.ENV_SERVER:
+        share = remote_env_servers(job)[index]
+        containers[main] = _env_server_container(job, containers[main], share, options)
+    else:
+        containers[main] = _trainer_container(job, containers[main], replica_type, index, options)
     for i, container in enumerate(containers):
-        if i != trainer:
+        if i != main:
             container.setdefault("image", job.spec.image or options.default_image)
             container["securityContext"] = _merge_defaults(CONTAINER_SECURITY, container.get("securityContext"))
+    if job.spec.environments.placement == "sidecar" and replica_type in SIMULATING_TYPES:
+        # A native sidecar: started before the trainer, restarted by the kubelet, stopped after it.
+        (share,) = env_server_shares(job, replica_type, index)
+        sidecar = {
+            **_env_server_container(job, {"name": ENV_SERVER_CONTAINER}, share, options),
+            "restartPolicy": "Always",
+        }
+        others = [c for c in pod_spec.get("initContainers", []) if c.get("name") != ENV_SERVER_CONTAINER]
+        pod_spec["initContainers"] = [*others, sidecar]
 
     # The operator replaces failed pods itself, so that every restart counts against backoffLimit.
     pod_spec["restartPolicy"] = "Never"
     pod_spec["securityContext"] = _merge_defaults(POD_SECURITY, pod_spec.get("securityContext"))
-    pod_spec["volumes"] = [v for v in pod_spec.get("volumes", []) if v.get("name") != RUN_VOLUME] + [_volume(job)]
+    if replica_type != naming.ENV_SERVER:
+        pod_spec["volumes"] = [v for v in pod_spec.get("volumes", []) if v.get("name") != RUN_VOLUME] + [_volume(job)]
     scheduling = job.spec.run_policy.scheduling_policy
     if scheduling and scheduling.scheduler_name:
         pod_spec.setdefault("schedulerName", scheduling.scheduler_name)
@@ -196,6 +223,117 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
         "metadata": _metadata(job, name, labels, template_meta.get("annotations")),
         "spec": pod_spec,
     }
+
+
+# --- env servers -----------------------------------------------------------------------------------------
+
+SIMULATING_TYPES = (naming.WORKER, naming.EVALUATOR)
+"""Replicas that step environments: with env servers placed outside, each has its own."""
+PROBE_PERIOD_SECONDS = 5
+STARTUP_PROBE_SECONDS = 300
+"""How long an env server may take to start serving (pulling nothing; building its environments)."""
+
+
+@dataclass(frozen=True)
+class EnvServerShare:
+    """What one env server simulates: `envs` environments seeded `seed`, `seed + 1`, ... on first reset."""
+
+    seed: int
+    envs: int
+
+
+def env_server_shares(job: AgentsJob, replica_type: str, index: int) -> list[EnvServerShare]:
+    """The env servers of one worker or evaluator in batch order ([] when it simulates its own).
+
+    A worker's servers split its `envs_per_worker` environments (the first ones take one more when they
+    do not divide evenly) and are seeded as its colocated `BatchEnv` would be, so a placement never changes
+    which episodes are played. An evaluator plays single episodes (seeded per evaluation): one environment.
+    """
+    environments = job.spec.environments
+    if not environments.outside or replica_type not in SIMULATING_TYPES:
+        return []
+    config = job.trainer_config()
+    workers = job.spec.replica_specs.worker.replicas
+    if replica_type == naming.EVALUATOR:
+        return [EnvServerShare(config.seed + workers * config.envs_per_worker, 1)]
+    servers = environments.servers_per_worker if environments.placement == "remote" else 1
+    base, extra = divmod(config.envs_per_worker, servers)
+    shares, offset = [], config.seed + index * config.envs_per_worker
+    for k in range(servers):
+        envs = base + (1 if k < extra else 0)
+        shares.append(EnvServerShare(offset, envs))
+        offset += envs
+    return shares
+
+
+def _env_server_owners(job: AgentsJob) -> list[tuple[str, int]]:
+    return [(t, i) for t, i in replicas(job, env_servers=False) if t in SIMULATING_TYPES]
+
+
+def remote_env_servers(job: AgentsJob) -> list[EnvServerShare]:
+    """Share of each env-server pod `<job>-envserver-<i>` (i = list index) of a remote placement, else []."""
+    if job.spec.environments.placement != "remote":
+        return []
+    return [share for t, i in _env_server_owners(job) for share in env_server_shares(job, t, i)]
+
+
+def env_server_addresses(job: AgentsJob, replica_type: str, index: int) -> tuple[str, ...]:
+    """Addresses of one replica's env servers in batch order (what AGENTS_ENV_SERVERS tells it)."""
+    environments = job.spec.environments
+    shares = env_server_shares(job, replica_type, index)
+    if environments.placement == "sidecar":
+        return tuple(f"localhost:{environments.port}" for _ in shares)
+    first = 0
+    for owner in _env_server_owners(job):
+        if owner == (replica_type, index):
+            break
+        first += len(env_server_shares(job, *owner))
+    return tuple(
+        tfconfig.host(job.name, naming.ENV_SERVER, first + k, job.namespace, environments.port)
+        for k in range(len(shares))
+    )
+
+
+def env_server_args(job: AgentsJob, share: EnvServerShare) -> list[str]:
+    """Arguments of `agents-operator` that serve one share of a job's environments."""
+    config = job.trainer_config()
+    args = ["env-server", "--env", config.env_id, "--envs", str(share.envs), "--seed", str(share.seed)]
+    args += ["--port", str(job.spec.environments.port)]
+    if config.max_episode_steps is not None:
+        args += ["--max-episode-steps", str(config.max_episode_steps)]
+    if config.envs_per_process is not None:
+        args += ["--envs-per-process", str(config.envs_per_process)]
+    return args
+
+
+def _env_server_container(job: AgentsJob, given: dict, share: EnvServerShare, options: RenderOptions) -> dict:
+    """The env-server container: `given` (from a template, or just a name) with its command, port and probes."""
+    server = job.spec.environments.server
+    port = job.spec.environments.port
+    container = copy.deepcopy(given)
+    container.setdefault("image", server.image or job.spec.image or options.default_image)
+    pull_policy = server.image_pull_policy or (None if server.image else job.spec.image_pull_policy)
+    if pull_policy:
+        container.setdefault("imagePullPolicy", pull_policy)
+    if server.resources is not None:
+        container.setdefault("resources", copy.deepcopy(server.resources))
+    if "command" not in container and "args" not in container:
+        container["command"] = ["agents-operator"]
+        container["args"] = env_server_args(job, share)
+    extra = [*(server.env or []), {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    names = {e.get("name") for e in container.get("env", [])}
+    container["env"] = container.get("env", []) + [copy.deepcopy(e) for e in extra if e.get("name") not in names]
+    ports = [p for p in container.get("ports", []) if p.get("name") != ENV_PORT_NAME]
+    container["ports"] = [*ports, {"name": ENV_PORT_NAME, "containerPort": port, "protocol": "TCP"}]
+    grpc = {"grpc": {"port": port}}
+    container.setdefault(
+        "startupProbe",
+        {**grpc, "periodSeconds": 2, "failureThreshold": STARTUP_PROBE_SECONDS // 2},
+    )
+    container.setdefault("readinessProbe", {**grpc, "periodSeconds": PROBE_PERIOD_SECONDS})
+    container.setdefault("livenessProbe", {**grpc, "periodSeconds": 2 * PROBE_PERIOD_SECONDS, "failureThreshold": 6})
+    container["securityContext"] = _merge_defaults(CONTAINER_SECURITY, container.get("securityContext"))
+    return container
 
 
 def service(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | None = None) -> dict:
@@ -221,14 +359,21 @@ def service(job: AgentsJob, replica_type: str, index: int, options: RenderOption
     }
 
 
-def replicas(job: AgentsJob) -> list[tuple[str, int]]:
-    """(type, index) of every replica of the job, ps first."""
-    return [(t, i) for t, spec in job.spec.replica_specs.items() for i in range(spec.replicas)]
+def replicas(job: AgentsJob, env_servers: bool = True) -> list[tuple[str, int]]:
+    """(type, index) of every pod of the job: ps, the env servers of a remote placement, workers, evaluator."""
+    own = [(t, i) for t, spec in job.spec.replica_specs.items() for i in range(spec.replicas)]
+    if not env_servers:
+        return own
+    servers = [(naming.ENV_SERVER, i) for i in range(len(remote_env_servers(job)))]
+    return [s for s in own if s[0] == naming.PS] + servers + [s for s in own if s[0] != naming.PS]
+
+
+ADDRESSED_TYPES = (*tfconfig.CLUSTER_TYPES, naming.ENV_SERVER)
 
 
 def services(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
-    """Services of the cluster members (ps and workers; evaluators are not addressed by anyone)."""
-    return [service(job, t, i, options) for t, i in replicas(job) if t in tfconfig.CLUSTER_TYPES]
+    """Services of the pods others connect to: ps, workers, env servers (nobody addresses an evaluator)."""
+    return [service(job, t, i, options) for t, i in replicas(job) if t in ADDRESSED_TYPES]
 
 
 def pods(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
@@ -282,22 +427,21 @@ def tensorboard(job: AgentsJob, options: RenderOptions | None = None) -> list[di
 
 
 def network_policy(job: AgentsJob, options: RenderOptions | None = None) -> dict:
-    """Only the job's own replicas may reach its TensorFlow gRPC port (the TF runtime has no authentication).
+    """Only the job's own pods may reach its TensorFlow and env-server gRPC ports (neither authenticates).
 
-    The chief's metrics port stays open to the operator and Prometheus; other ports of the replica pods are
-    closed to ingress. The TensorBoard pod is not selected (it has no replica-type label).
+    A sidecar env server is reached over localhost, which no NetworkPolicy governs; its port is closed to
+    other pods like every port not listed here. The chief's metrics port stays open to the operator and
+    Prometheus. The TensorBoard pod is not selected (it has no replica-type label).
     """
     options = options or RenderOptions()
     replicas = {
         "matchLabels": naming.job_selector(job.name),
         "matchExpressions": [{"key": naming.LABEL_TYPE, "operator": "Exists"}],
     }
-    ingress: list[dict] = [
-        {
-            "from": [{"podSelector": copy.deepcopy(replicas)}],
-            "ports": [{"port": options.port, "protocol": "TCP"}],
-        }
-    ]
+    own_ports = [{"port": options.port, "protocol": "TCP"}]
+    if job.spec.environments.placement == "remote":
+        own_ports.append({"port": job.spec.environments.port, "protocol": "TCP"})
+    ingress: list[dict] = [{"from": [{"podSelector": copy.deepcopy(replicas)}], "ports": own_ports}]
     metrics_port = job.trainer_config().metrics_port
     if metrics_port:
         ingress.append({"ports": [{"port": metrics_port, "protocol": "TCP"}]})

@@ -140,3 +140,55 @@ def from_env(environ: Mapping[str, str]) -> TFConfig | None:
     """The TF_CONFIG of this process, or None when the variable is unset (a single-process run)."""
     text = environ.get(ENV_VAR, "").strip()
     return parse(text) if text else None
+
+
+# --- environment servers ---------------------------------------------------------------------------------
+
+ENV_SERVERS_VAR = "AGENTS_ENV_SERVERS"
+ENV_SERVER_MODES = ("step", "rollout")
+
+
+@dataclass(frozen=True)
+class EnvServers:
+    """Where a replica's environments live when they are not its own subprocesses.
+
+    Set (as JSON in AGENTS_ENV_SERVERS) for the workers and the evaluator of a job whose
+    `spec.environments.placement` is `sidecar` or `remote`: `addresses` are this replica's env servers in
+    batch order (the batch is their environments concatenated), `mode` is `step` (one round trip per
+    batched step) or `rollout` (the server runs the policy for a whole rollout). Unset means colocated.
+    """
+
+    addresses: tuple[str, ...]
+    mode: str = "step"
+
+    def __post_init__(self) -> None:
+        if not self.addresses:
+            raise TFConfigError(f"{ENV_SERVERS_VAR}.addresses is empty")
+        if not all(isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in self.addresses):
+            raise TFConfigError(f"{ENV_SERVERS_VAR}.addresses must be HOST:PORT strings, got {list(self.addresses)}")
+        if self.mode not in ENV_SERVER_MODES:
+            raise TFConfigError(f"{ENV_SERVERS_VAR}.mode {self.mode!r} is not one of {', '.join(ENV_SERVER_MODES)}")
+
+    def to_json(self) -> str:
+        return json.dumps({"addresses": list(self.addresses), "mode": self.mode}, separators=(",", ":"))
+
+    def with_addresses(self, addresses: Mapping[str, str]) -> EnvServers:
+        """The same servers with some addresses replaced (the local launcher maps them to localhost ports)."""
+        return EnvServers(tuple(addresses.get(a, a) for a in self.addresses), self.mode)
+
+
+def parse_env_servers(text: str) -> EnvServers:
+    """Parse AGENTS_ENV_SERVERS; TFConfigError says what is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TFConfigError(f"{ENV_SERVERS_VAR} is not valid JSON: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("addresses"), list):
+        raise TFConfigError(f'{ENV_SERVERS_VAR} must be a JSON object {{"addresses": [...], "mode": ...}}')
+    return EnvServers(tuple(data["addresses"]), data.get("mode", "step"))
+
+
+def env_servers_from_env(environ: Mapping[str, str]) -> EnvServers | None:
+    """This replica's env servers, or None when its environments are its own subprocesses."""
+    text = environ.get(ENV_SERVERS_VAR, "").strip()
+    return parse_env_servers(text) if text else None

@@ -87,6 +87,26 @@ BAD = [
     ("metadata.name", "a" * 50, "metadata.name: metadata.name must be at most 49 characters"),
     ("metadata.name", "9lives", "metadata.name: metadata.name must be a DNS-1035 label"),
     ("metadata.name", "Upper", "metadata.name: metadata.name must be a DNS-1035 label"),
+    ("spec.environments.placement", "elsewhere", "spec.environments.placement: must be one of"),
+    ("spec.environments.mode", "batch", "spec.environments.mode: must be one of"),
+    ("spec.environments.port", 80, "spec.environments.port: Input should be greater than or equal to 1024"),
+    ("spec.environments.port", 2222, "spec.environments.port: environments.port must differ from the TensorFlow"),
+    ("spec.environments", {"placement": "sidecar", "port": 9090}, "spec.environments.port: 9090 is the trainer's"),
+    ("spec.environments", {"serversPerWorker": 2}, "spec.environments.serversPerWorker: environments.servers"),
+    ("spec.environments.serversPerWorker", 65, "spec.environments.serversPerWorker: Input should be less than"),
+    (
+        "spec.environments",
+        {"placement": "remote", "serversPerWorker": 64},
+        "spec.environments.serversPerWorker: 64 servers cannot split envsPerWorker 8",
+    ),
+    (
+        "spec.environments",
+        {"placement": "sidecar", "server": {"template": {"spec": {"containers": [{"name": "env-server"}]}}}},
+        "spec.environments.server.template: environments.server.template applies to placement remote only",
+    ),
+    ("spec.environments.server.restartPolicy", "Sometimes", "spec.environments.server.restartPolicy: must be one"),
+    ("spec.environments.server.image", 7, "spec.environments.server.image: Input should be a valid string"),
+    ("spec.environments.server.cpu", "2", "spec.environments.server.cpu: unknown field"),
     ("spec", _DELETE, "spec: Field required"),
     ("kind", "TFJob", "kind: expected apiVersion agents.dev/v1alpha1 and kind AgentsJob"),
     ("apiVersion", "agents.dev/v1", "apiVersion: expected apiVersion agents.dev/v1alpha1"),
@@ -111,11 +131,22 @@ def test_not_a_mapping():
     assert problems(["a"]) == ["expected a mapping (an AgentsJob object), got list"]
 
 
+def test_remote_placement_is_bounded_by_the_child_index_limit():
+    data = manifest(environments={"placement": "remote", "serversPerWorker": 8})
+    data["spec"]["replicaSpecs"]["worker"]["replicas"] = 125
+    assert any("at most 999" in p for p in problems(data))
+    data["spec"]["replicaSpecs"]["worker"]["replicas"] = 124
+    job = parse_job(data)  # 992 servers
+    assert job.spec.restart_policy(naming.ENV_SERVER) == "OnFailure"
+    assert job.spec.restart_policy(naming.WORKER) == "OnFailure"
+
+
 def test_name_of_exactly_the_limit_is_accepted():
     name = "a" * naming.MAX_JOB_NAME_LENGTH
     parse_job(_with("metadata.name", name))
-    longest = naming.child_name(name, naming.EVALUATOR, naming.MAX_REPLICAS - 1)
-    assert len(longest) == naming.DNS_LABEL_MAX
+    for child_type in naming.CHILD_TYPES:
+        assert len(naming.child_name(name, child_type, naming.MAX_REPLICAS - 1)) <= naming.DNS_LABEL_MAX
+    assert len(naming.child_name(name, naming.ENV_SERVER, naming.MAX_REPLICAS - 1)) == naming.DNS_LABEL_MAX
 
 
 IMMUTABLE = [
@@ -124,6 +155,7 @@ IMMUTABLE = [
     ("spec.replicaSpecs.ps", _DELETE, "replica counts are immutable"),
     ("spec.storage", {"persistentVolumeClaim": {"claimName": "c"}}, "spec.storage: storage is immutable"),
     ("spec.successPolicy", "AllWorkers", "spec.successPolicy: successPolicy is immutable"),
+    ("spec.environments", {"placement": "sidecar"}, "spec.environments: environments is immutable"),
 ]
 
 

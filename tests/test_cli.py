@@ -17,9 +17,10 @@ def run(capsys, *argv):
 
 
 def test_validate_examples(capsys):
-    code, out, err = run(capsys, "validate", *map(str, sorted((ROOT / "examples").glob("*.yaml"))))
+    examples = sorted((ROOT / "examples").glob("*.yaml"))
+    code, out, err = run(capsys, "validate", *map(str, examples))
     assert code == 0, err
-    assert out.count("is valid") == 3
+    assert out.count("is valid") == len(examples) >= 5
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,25 @@ spec = st.fixed_dictionaries(
         ),
         "tensorboard": st.fixed_dictionaries({"enabled": st.booleans()}),
         "successPolicy": st.sampled_from(["ChiefWorker", "AllWorkers", "Anyone"]),
+        "environments": st.fixed_dictionaries(
+            {},
+            optional={
+                "placement": st.sampled_from(["colocated", "sidecar", "remote", "mars"]),
+                "mode": st.sampled_from(["step", "rollout", "fast"]),
+                "serversPerWorker": st.integers(0, 70),
+                "port": st.sampled_from([50051, 2222, 9090, 80, 70000]),
+                "server": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "image": st.sampled_from(["sim:1", ""]),
+                        "restartPolicy": st.sampled_from(["Never", "Always", "Sometimes"]),
+                        "template": st.sampled_from(
+                            [{"spec": {"containers": [{"name": "env-server"}]}}, {"spec": {"containers": []}}]
+                        ),
+                    },
+                ),
+            },
+        ),
     },
 )
 jobs = st.builds(
@@ -90,7 +109,11 @@ def test_validate_accepts_and_renders_or_names_a_problem(data):
         return
     children = render.children(job)
     counts = job.spec.replica_specs.counts()
-    assert sum(1 for c in children if c["kind"] == "Pod") == sum(counts.values())
+    servers = len(render.remote_env_servers(job))
+    assert sum(1 for c in children if c["kind"] == "Pod") == sum(counts.values()) + servers
+    if job.spec.environments.placement == "remote":
+        per_worker = job.spec.environments.servers_per_worker
+        assert servers == counts["worker"] * per_worker + counts["evaluator"]
     for child in children:
         assert DNS.match(child["metadata"]["name"]) and len(child["metadata"]["name"]) <= 63
 

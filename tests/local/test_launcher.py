@@ -257,3 +257,67 @@ def test_scrape_leaves_out_what_is_not_measured_yet():
     finally:
         server.shutdown()
     assert local.scrape.scrape(url, timeout=0.5) is None  # nobody listens any more
+
+
+# --- env servers as local processes ----------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_plan_runs_remote_env_servers_on_local_ports_and_tells_each_worker_its_own(tmp_path):
+    from agents_operator import manifests
+
+    j = manifests.load_job(EXAMPLES / "cheetah-remote.yaml")
+    ports = {f"envserver-{i}": 41000 + i for i in range(4)}
+    replicas = local.plan(j, tmp_path, ports=ports)
+    assert [r.name for r in replicas] == ["ps-0", *(f"envserver-{i}" for i in range(4)), "worker-0", "worker-1"]
+    for i, server in enumerate(replicas[1:5]):
+        assert server.argv[:4] == [PY, "-m", "agents_operator", "env-server"]
+        assert server.argv[server.argv.index("--port") + 1] == str(41000 + i)
+        assert server.restart_policy == "OnFailure"
+        assert server.log_path == tmp_path / "logs" / f"cheetah-remote-envserver-{i}.log"
+    for worker in (0, 1):
+        env = replicas[5 + worker].env
+        servers = tfconfig.parse_env_servers(env[tfconfig.ENV_SERVERS_VAR])
+        assert servers.addresses == (f"localhost:{41000 + 2 * worker}", f"localhost:{41001 + 2 * worker}")
+
+
+def test_plan_gives_each_sidecar_its_own_port(tmp_path):
+    from agents_operator import manifests
+
+    j = manifests.load_job(EXAMPLES / "pendulum-sidecar.yaml")
+    replicas = local.plan(j, tmp_path, ports={"worker-0/env-server": 42000, "worker-1/env-server": 42001})
+    names = [r.name for r in replicas]
+    assert names == ["ps-0", "worker-0/env-server", "worker-0", "worker-1/env-server", "worker-1"]
+    for worker in (0, 1):
+        sidecar, trainer = replicas[1 + 2 * worker], replicas[2 + 2 * worker]
+        assert sidecar.sidecar == "env-server" and sidecar.restart_policy == "Always"
+        assert sidecar.argv[sidecar.argv.index("--port") + 1] == str(42000 + worker)
+        assert sidecar.log_path == tmp_path / "logs" / f"pendulum-sidecar-worker-{worker}.env-server.log"
+        servers = tfconfig.parse_env_servers(trainer.env[tfconfig.ENV_SERVERS_VAR])
+        assert servers == tfconfig.EnvServers((f"localhost:{42000 + worker}",), "rollout")
+
+
+def test_a_sidecar_that_dies_is_restarted_without_using_the_backoff_limit(tmp_path):
+    marker = tmp_path / "sidecar-starts"
+    sidecar = script(f"""
+        import os, sys, time
+        with open({str(marker)!r}, "a") as f:
+            f.write("x")
+        sys.exit(1 if len(open({str(marker)!r}).read()) < 3 else time.sleep(60))
+    """)
+    worker = script(f"""
+        import os, time
+        while not os.path.exists({str(marker)!r}) or len(open({str(marker)!r}).read()) < 3:
+            time.sleep(0.1)
+    """)
+    j = job(worker, workers=1, backoff=0)
+    j.spec.environments.placement = "sidecar"
+    launcher = local.Launcher(j, tmp_path, out=sys.stderr)
+    for replica in launcher.replicas:
+        if replica.sidecar:
+            replica.argv = sidecar
+    outcome = launcher.run()
+    assert outcome.succeeded, outcome
+    assert launcher.restarts == 0
+    assert marker.read_text() == "xxx"

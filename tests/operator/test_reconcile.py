@@ -457,3 +457,73 @@ def test_a_job_being_deleted_is_left_alone():
     job["metadata"]["deletionTimestamp"] = "2030-01-01T11:00:00Z"
     plan = reconcile.plan(job, [], now=NOW)
     assert plan.actions == [] and plan.events == []
+
+
+# --- env servers of a remote placement -------------------------------------------------------------------
+
+REMOTE = {"placement": "remote", "serversPerWorker": 2}
+
+
+def test_remote_env_servers_are_created_with_their_services_and_counted_in_status():
+    job = make_job(environments=REMOTE)
+    plan = reconcile.plan(job, [], now=NOW)
+    assert kinds_names(plan.of(Create)) == expected_children(job)
+    pods = [c.name for c in plan.of(Create) if c.kind == "Pod"]
+    assert pods == ["pj-ps-0", *(f"pj-envserver-{i}" for i in range(4)), "pj-worker-0", "pj-worker-1"]
+    assert {f"pj-envserver-{i}" for i in range(4)} <= {c.name for c in plan.of(Create) if c.kind == "Service"}
+
+    world = World(job)
+    world.settle()
+    for name in ("pj-ps-0", "pj-worker-0", "pj-worker-1", "pj-envserver-0"):
+        world.set_phase(name, "Running")
+    world.step()
+    assert world.status["state"] == "Created"  # three env servers still pending: workers cannot train
+    world.run_all()
+    world.step()
+    assert world.status["state"] == "Running"
+    assert world.status["replicaStatuses"]["envserver"] == {"active": 4, "succeeded": 0, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "state", "replaced"),
+    [
+        ("OnFailure", 1, "Restarting", True),
+        ("ExitCode", 137, "Restarting", True),
+        ("ExitCode", 2, "Failed", False),
+        ("Never", 1, "Failed", False),
+    ],
+)
+def test_a_failed_env_server_follows_its_own_restart_policy(policy, exit_code, state, replaced):
+    world = World(make_job(environments={**REMOTE, "server": {"restartPolicy": policy}}))
+    world.started()
+    world.set_phase("pj-envserver-3", "Failed", exit_code=exit_code)
+    world.settle()
+    assert world.status["state"] == state
+    if replaced:
+        assert world.status["restarts"] == 1
+        assert world.pods["pj-envserver-3"]["status"]["phase"] == "Pending"  # a new pod
+        world.run_all()
+        world.settle()
+        assert world.status["state"] == "Running"
+    else:
+        assert "pj-envserver-3" in world.condition("Failed")["message"]
+
+
+@pytest.mark.parametrize("policy", ["Running", "None"])
+def test_running_env_servers_are_deleted_when_the_job_ends_whatever_the_clean_policy(policy):
+    world = World(make_job(clean=policy, environments=REMOTE))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    world.settle()
+    assert world.status["state"] == "Succeeded"
+    assert not any("-envserver-" in name for name in world.pods)  # they never exit by themselves
+    assert ("pj-worker-1" in world.pods) is (policy == "None")
+    assert world.status["replicaStatuses"]["envserver"]["active"] == 0
+
+
+def test_sidecar_placement_adds_containers_not_pods():
+    job = make_job(environments={"placement": "sidecar"})
+    plan = reconcile.plan(job, [], now=NOW)
+    assert [c.name for c in plan.of(Create) if c.kind == "Pod"] == ["pj-ps-0", "pj-worker-0", "pj-worker-1"]
+    worker = next(c.obj for c in plan.of(Create) if c.kind == "Pod" and c.name == "pj-worker-0")
+    assert [c["name"] for c in worker["spec"]["initContainers"]] == ["env-server"]

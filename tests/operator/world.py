@@ -30,6 +30,7 @@ def make_job(
     tensorboard: bool = False,
     uid: str | None = UID,
     job_status: dict | None = None,
+    environments: dict | None = None,
 ) -> dict:
     specs: dict[str, Any] = {"worker": {"replicas": workers, "restartPolicy": restart}}
     if ps:
@@ -49,6 +50,8 @@ def make_job(
     }
     if tensorboard:
         spec["tensorboard"] = {"enabled": True}
+    if environments is not None:
+        spec["environments"] = environments
     if tensorboard or evaluator:  # both read the run directory from a shared claim
         spec["storage"] = {"persistentVolumeClaim": {"claimName": "runs"}}
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "generation": 1}
