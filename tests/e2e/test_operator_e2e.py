@@ -38,6 +38,10 @@ class Cluster:
         for replica in job["spec"]["replicaSpecs"].values():
             # No kubelet may run these pods: the test is the kubelet.
             replica["template"] = {"spec": {"nodeSelector": NOWHERE, "containers": [{"name": "agents"}]}}
+        environments = job["spec"].get("environments") or {}
+        if environments.get("placement") == "remote":
+            server = environments.setdefault("server", {})
+            server["template"] = {"spec": {"nodeSelector": NOWHERE, "containers": [{"name": "env-server"}]}}
         return self.kube.request("POST", JOBS.format(ns=self.ns), body=job)
 
     def job(self, name: str = "pj") -> dict | None:
@@ -262,3 +266,49 @@ def test_deleting_the_job_leaves_no_orphans(cluster, kube):
     cluster.started()
     kube.delete("AgentsJob", cluster.ns, "pj")
     wait_for(lambda: cluster.live_pods() == set() and cluster.services() == set(), 60, "children gone")
+
+
+def test_remote_env_servers_live_and_die_with_the_job(cluster):
+    cluster.create_job(workers=1, environments={"placement": "remote", "serversPerWorker": 2})
+    servers = {"pj-envserver-0", "pj-envserver-1"}
+    wait_for(lambda: cluster.live_pods() == {"pj-ps-0", "pj-worker-0", *servers}, 60, "pods")
+    wait_for(lambda: servers <= cluster.services(), 60, "env-server services")
+    for name in servers:
+        (container,) = cluster.pods()[name]["spec"]["containers"]
+        assert container["readinessProbe"]["grpc"]["port"] == 50051  # the API server kept the gRPC probes
+    cluster.run_all()
+    wait_for(lambda: cluster.state() == "Running", 60, "Running")
+    assert cluster.status()["replicaStatuses"]["envserver"]["active"] == 2
+    cluster.set_phase("pj-envserver-1", "Failed", 1)
+    wait_for(lambda: cluster.status().get("restarts") == 1, 60, "restart counted")
+    wait_for(
+        lambda: (cluster.pods().get("pj-envserver-1", {}).get("status") or {}).get("phase") == "Pending",
+        60,
+        "replacement",
+    )
+    cluster.set_phase("pj-envserver-1", "Running")
+    cluster.set_phase("pj-worker-0", "Succeeded", 0)
+    wait_for(lambda: cluster.state() == "Succeeded", 60, "Succeeded")
+    wait_for(lambda: cluster.live_pods() == {"pj-worker-0"}, 60, "env servers deleted")
+
+
+def test_sidecar_pods_are_accepted_and_bad_placements_rejected_by_the_crd(cluster):
+    from agents_operator.kube import ApiError
+
+    cluster.create_job(workers=1, environments={"placement": "sidecar", "mode": "rollout"})
+    wait_for(lambda: "pj-worker-0" in cluster.live_pods(), 60, "worker pod")
+    (sidecar,) = cluster.pods()["pj-worker-0"]["spec"]["initContainers"]
+    assert sidecar["name"] == "env-server" and sidecar["restartPolicy"] == "Always"
+    with pytest.raises(ApiError) as err:
+        cluster.create_job("bad", workers=1, environments={"placement": "sidecar", "serversPerWorker": 2})
+    assert err.value.status == 422 and "serversPerWorker applies to placement remote only" in str(err.value)
+    job = cluster.job()
+    with pytest.raises(ApiError) as err:
+        cluster.kube.request(
+            "PATCH",
+            f"{JOBS.format(ns=cluster.ns)}/pj",
+            body={"spec": {"environments": {"placement": "colocated"}}},
+            content_type=MERGE,
+        )
+    assert err.value.status == 422 and "environments is immutable" in str(err.value)
+    assert cluster.job()["spec"]["environments"] == job["spec"]["environments"]

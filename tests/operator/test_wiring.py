@@ -264,6 +264,22 @@ async def test_success_deletes_the_ps_and_keeps_finished_workers(cluster):
     assert cluster.job_status()["completionTime"]
 
 
+async def test_remote_env_servers_are_served_restarted_and_removed_at_the_end(cluster):
+    await cluster.create_job(make_job(workers=1, environments={"placement": "remote", "serversPerWorker": 2}))
+    servers = {"pj-envserver-0", "pj-envserver-1"}
+    await cluster.until(lambda: len(cluster.pods()) == 4, what="4 pods")
+    assert servers <= set(cluster.pods()) and servers <= set(cluster.objects("services"))
+    for name in list(cluster.pods()):
+        await cluster.set_phase(name, "Running")
+    await cluster.until(lambda: cluster.job_status().get("state") == "Running", what="Running")
+    await cluster.set_phase("pj-envserver-1", "Failed", exit_code=1)
+    await cluster.until(lambda: cluster.replaced("pj-envserver-1"), what="env server replaced")
+    assert cluster.job_status()["restarts"] == 1
+    await cluster.set_phase("pj-worker-0", "Succeeded", exit_code=0)
+    await cluster.until(lambda: cluster.job_status().get("state") == "Succeeded", what="Succeeded")
+    await cluster.until(lambda: set(cluster.pods()) == {"pj-worker-0"}, what="env servers deleted")
+
+
 async def test_invalid_spec_fails_the_job_and_others_keep_being_served(cluster):
     await cluster.create_job(make_job(name="bad", preset="no_such_preset"))
     await cluster.create_job(make_job(name="pj"))
