@@ -11,6 +11,9 @@ sampled one, so the log-probabilities stay those of the Gaussian.
 
 from __future__ import annotations
 
+import functools
+import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -102,3 +105,62 @@ def run_episodes(
         returns.append(total)
         lengths.append(length)
     return returns, lengths
+
+
+class LocalEpisodes:
+    """`run_episodes` on one environment of this process, made on first use; with `render`, one that renders
+    rgb frames.
+
+    `envserver.client.RemoteBatchEnv` has the same `run_episodes`, `observation_shape`, `action_shape` and
+    `render_fps`, so evaluations and videos play their episodes on either.
+    """
+
+    def __init__(self, env_id: str, max_episode_steps: int | None = None, render: bool = False):
+        self.env_id = env_id
+        self.max_episode_steps = max_episode_steps
+        self.render = render
+
+    @functools.cached_property
+    def env(self) -> gymnasium.Env:
+        from agents_operator.trainer.envs import make_env
+
+        if self.render:
+            # pygame (classic-control rendering) draws on plain surfaces; without a display driver set, SDL
+            # looks for one and complains on stderr. pygame still imports the deprecated pkg_resources.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+        return make_env(self.env_id, self.max_episode_steps, render_mode="rgb_array" if self.render else None)
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return self.env.observation_space.shape
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return self.env.action_space.shape
+
+    @property
+    def render_fps(self) -> float | None:
+        return self.env.metadata.get("render_fps")
+
+    def run_episodes(
+        self,
+        policy: NumpyPolicy,
+        observations: Normalizer,
+        episodes: int,
+        seed: int,
+        on_frame: Callable[[np.ndarray], None] | None = None,
+    ) -> tuple[list[float], list[int]]:
+        return run_episodes(self.env, policy, observations, episodes, seed, on_frame)
+
+    def close(self) -> None:
+        """Close the environment, if it was made; the next use makes a fresh one."""
+        env = self.__dict__.pop("env", None)
+        if env is not None:
+            env.close()
+
+    def __enter__(self) -> LocalEpisodes:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

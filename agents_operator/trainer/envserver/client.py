@@ -18,9 +18,13 @@ episodes its environments were in are discarded, never half-counted:
 - `collect` (rollout mode) sends the rollout again to the reset server, so the rollout is complete; it
   starts new episodes there (`Rollout.restarted`), and nothing of the lost rollout is kept.
 
-After `max_failures` failed calls to one server in a row (a successful reset, step or collect ends the
-streak; the default waits about 70 s) the client raises `EnvServerUnavailable` naming the server. An
-environment that raised on a server raises `EnvServerError` with the environment's traceback; it is not
+- `run_episodes` (evaluation on the first server) waits for the server as above and sends the evaluation
+  again, without resetting it: it needs no session. If the server restarted, the next step or collect
+  finds its session stale and handles that as above.
+
+After `max_failures` failed calls to one server in a row (a successful reset, step, collect or evaluation
+ends the streak; the default waits about 70 s) the client raises `EnvServerUnavailable` naming the server.
+An environment that raised on a server raises `EnvServerError` with the environment's traceback; it is not
 retried. After either, as after any failure of a `BatchEnv`, the batch is unusable: close it.
 """
 
@@ -130,8 +134,9 @@ class _Server:
 class RemoteBatchEnv:
     """The environments of the env servers at `addresses` ("host:port"), with `BatchEnv`'s interface.
 
-    `timeout` bounds every call but a rollout (`rollout_timeout`); `startup_timeout` is how long to wait
-    for the servers to answer at first (they may still be starting, their names not yet resolving).
+    `timeout` bounds every call but a rollout or an evaluation (`rollout_timeout`); `startup_timeout` is how
+    long to wait for the servers to answer at first (they may still be starting, their names not yet
+    resolving).
     """
 
     def __init__(
@@ -167,6 +172,7 @@ class RemoteBatchEnv:
         self.action_shape: tuple[int, ...] = tuple(specs[0]["action_shape"])
         self.action_low: np.ndarray = specs[0]["action_low"].copy()
         self.action_high: np.ndarray = specs[0]["action_high"].copy()
+        self.render_fps: float | None = specs[0]["render_fps"]
 
     def reset(self) -> np.ndarray:
         """Reset every environment; returns the first observations, (num_envs, *obs_shape) float32."""
@@ -233,6 +239,34 @@ class RemoteBatchEnv:
                 parts.append(part)
             return collector.Rollout.concatenate(parts)
 
+    def run_episodes(
+        self,
+        policy: NumpyPolicy,
+        observations: Normalizer,
+        episodes: int,
+        seed: int,
+        on_frame: Callable[[np.ndarray], None] | None = None,
+    ) -> tuple[list[float], list[int]]:
+        """`wrappers.run_episodes`, played by the first server on an environment of its own (the batch's
+        episodes go on undisturbed): the same returns and lengths for the same policy and seed.
+
+        With `on_frame`, the server renders and each episode is a call of its own, so that a message holds
+        one episode's frames (hundreds of MB for a long one), which are then passed to `on_frame`.
+        """
+        render = on_frame is not None
+        request = {**collector.policy_message(policy, observations), "render": render}
+        calls = [(seed + episode, 1) for episode in range(episodes)] if render else [(seed, episodes)]
+        returns: list[float] = []
+        lengths: list[int] = []
+        with self._guard():
+            for first_seed, count in calls:
+                reply = self._evaluate({**request, "episodes": count, "seed": first_seed})
+                returns += reply["returns"].tolist()
+                lengths += reply["lengths"].tolist()
+                for frame in reply.get("frames", ()):
+                    on_frame(frame)
+        return returns, lengths
+
     def close(self) -> None:
         """Close the connections; the servers keep running (they belong to whoever started them)."""
         self._failure = "it is closed"
@@ -297,9 +331,29 @@ class RemoteBatchEnv:
             episode_lengths=[],
         )
 
+    def _evaluate(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The reply of the first server to an Evaluate call, retried (without a reset) while it faults."""
+        server = self._servers[0]
+
+        def call() -> dict[str, Any]:
+            return server.call("Evaluate", message, self.rollout_timeout)
+
+        try:
+            reply = call()
+        except _Fault as fault:
+            reply = self._retry(server, fault, call)
+        server.failures = 0
+        return reply
+
     def _reconnect(self, server: _Server, fault: _Fault) -> None:
-        """Wait for `server` with growing backoff and reset it; give up after `max_failures` failed calls in a
-        row (the one that brought us here included): the default 20 wait about 70 s in all."""
+        """Wait for `server` and reset it (see `_retry`)."""
+        self._retry(server, fault, lambda: server.start_session(server.call("Reset", {}, self.timeout)))
+        _LOG.warning("env server %s reset; the episodes in flight there were discarded", server.address)
+
+    def _retry(self, server: _Server, fault: _Fault, call: Callable[[], Any]) -> Any:
+        """Wait for `server` with growing backoff, then make `call`, until it succeeds; give up after
+        `max_failures` failed calls in a row (the one that brought us here included): the default 20 wait
+        about 70 s in all."""
         _LOG.warning("env server %s failed (%s); reconnecting", server.address, fault)
         while True:
             server.failures += 1
@@ -311,12 +365,18 @@ class RemoteBatchEnv:
             try:
                 if not server.healthy(delay):
                     raise _Fault(f"no answer to its health check within {delay:g} s")
-                server.start_session(server.call("Reset", {}, self.timeout))
+                return call()
             except _Fault as next_fault:
                 fault = next_fault
-                continue
-            _LOG.warning("env server %s reset; the episodes in flight there were discarded", server.address)
-            return
+
+
+def connect(addresses: Sequence[str], env_id: str, **options: Any) -> RemoteBatchEnv:
+    """A `RemoteBatchEnv` (with `options`) of the env servers at `addresses`, which must serve `env_id`."""
+    env = RemoteBatchEnv(addresses, **options)
+    if env.env_id != env_id:
+        env.close()
+        raise ValueError(f"env server {addresses[0]} serves {env.env_id}, not {env_id}")
+    return env
 
 
 def _raise(fault: _Fault) -> dict[str, Any]:

@@ -98,8 +98,8 @@ class Rollout:
 # --- the request --------------------------------------------------------------------------------------
 
 
-def request(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
-    """A Collect request (without the session): the policy, the observation statistics and the noise."""
+def policy_message(policy: NumpyPolicy, observations: Normalizer) -> dict[str, Any]:
+    """The policy and the observation statistics it acts with, as Collect and Evaluate requests carry them."""
     weights = [array for layer in policy.policy for array in layer] + [policy.log_std]
     weights += [array for layer in policy.value for array in layer]
     moments = observations.shared
@@ -110,12 +110,16 @@ def request(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) ->
         "observation_moments": [moments.count, np.asarray(moments.sum), np.asarray(moments.sumsq)],
         "clip_observations": observations.clip,
         "normalize_observations": observations.enabled,
-        "noise": noise,
     }
 
 
+def request(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
+    """A Collect request (without the session): the policy, the observation statistics and the noise."""
+    return {**policy_message(policy, observations), "noise": noise}
+
+
 def parse_request(message: dict[str, Any], observation_shape: tuple[int, ...]) -> tuple[NumpyPolicy, Normalizer]:
-    """The policy and the normaliser of a Collect request, as the trainer had them."""
+    """The policy and the normaliser of a Collect or Evaluate request, as the trainer had them."""
     policy = NumpyPolicy.from_values(list(message["weights"]), message["num_policy_layers"], message["activation"])
     normalizer = Normalizer(observation_shape, message["clip_observations"], message["normalize_observations"])
     count, total, squares = message["observation_moments"]

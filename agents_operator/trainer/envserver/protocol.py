@@ -13,12 +13,17 @@ executable in the data.
 Methods of the service `agents.EnvServer` (replies to Reset, Step and Collect carry the server's state
 token `session`, see `server.EnvService`):
 
-    Spec     {}                                  -> env_id, num_envs, observation_shape, action_shape,
-                                                    action_low, action_high
-    Reset    {}                                  -> observations, session
-    Step     {actions, session}                  -> the fields of `envs.StepResult`
-    Collect  {weights, num_policy_layers, activation, observation_moments, clip_observations,
-              normalize_observations, noise, session}  -> the fields of `collector.Rollout`
+    Spec      {}                                  -> env_id, num_envs, observation_shape, action_shape,
+                                                     action_low, action_high, render_fps
+    Reset     {}                                  -> observations, session
+    Step      {actions, session}                  -> the fields of `envs.StepResult`
+    Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
+               normalize_observations, noise, session}  -> the fields of `collector.Rollout`
+    Evaluate  {the policy fields of Collect, episodes, seed, render}
+                                                  -> returns, lengths, and with render the frames (uint8)
+
+Evaluate plays `wrappers.run_episodes` on an environment of its own, apart from the batch: it needs no
+session and leaves the batch's episodes as they are.
 
 A reply may instead be `{"error": text, "stale": bool}`: `stale` when the request's session is not the
 server's current one (the server restarted, or another client reset it), otherwise the request failed and
@@ -38,7 +43,7 @@ from typing import Any
 import numpy as np
 
 SERVICE = "agents.EnvServer"
-METHODS = ("Spec", "Reset", "Step", "Collect")
+METHODS = ("Spec", "Reset", "Step", "Collect", "Evaluate")
 HEALTH_SERVICE = "grpc.health.v1.Health"
 HEALTH_METHOD = "Check"
 # HealthCheckResponse{status: SERVING}: field 1 (tag 0x08, varint) = 1, as grpc/health/v1/health.proto encodes it.

@@ -12,6 +12,10 @@ token, and Step and Collect must carry the current one: a request meant for envi
 longer has (it restarted, or another client reset it) is refused as stale rather than stepping episodes
 the client never saw begin.
 
+Evaluate plays whole episodes of the deterministic policy (`wrappers.run_episodes`, rendering them if
+asked) on an environment of its own, made in the server process on first use, so that evaluating and
+rendering need no simulator in the trainer and leave the batch's episodes and session alone.
+
 On SIGTERM or SIGINT the server stops taking calls, gives a call in flight a second to finish, closes its
 environments and exits 0. Its environment processes also exit by themselves when the server dies.
 """
@@ -32,6 +36,7 @@ import numpy as np
 
 from agents_operator.trainer.envs import BatchEnv, EnvProcessError
 from agents_operator.trainer.envserver import DEFAULT_PORT, collector, protocol
+from agents_operator.trainer.wrappers import LocalEpisodes
 
 _LOG = logging.getLogger(__name__)
 _GRACE_SECONDS = 1.0
@@ -66,6 +71,8 @@ class EnvService:
             max_episode_steps=max_episode_steps,
         )
         self._env: BatchEnv | None = self._make()
+        # Evaluate's environments, by whether they render; each is made on first use.
+        self._episodes = {render: LocalEpisodes(env_id, max_episode_steps, render) for render in (False, True)}
         self.spec = {
             "env_id": env_id,
             "num_envs": num_envs,
@@ -73,14 +80,22 @@ class EnvService:
             "action_shape": list(self._env.action_shape),
             "action_low": self._env.action_low,
             "action_high": self._env.action_high,
+            "render_fps": self._episodes[False].render_fps,
         }
+        self._episodes[False].close()  # made only to read the frame rate
         self._lock = threading.Lock()
         self._session: str | None = None
         self._observations: np.ndarray | None = None  # raw, of the current session
 
     def handler(self, method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         """The gRPC handler of `method`: decode, run under the lock, encode the reply or the failure."""
-        run = {"Spec": self._spec, "Reset": self._reset, "Step": self._step, "Collect": self._collect}[method]
+        run = {
+            "Spec": self._spec,
+            "Reset": self._reset,
+            "Step": self._step,
+            "Collect": self._collect,
+            "Evaluate": self._evaluate,
+        }[method]
 
         def handle(data: bytes, context: grpc.ServicerContext) -> bytes:
             with self._lock:
@@ -89,10 +104,7 @@ class EnvService:
                 except _Stale as error:
                     reply = {"error": str(error), "stale": True}
                 except Exception as error:
-                    # Whatever the environments' state now is, the client must reset before it steps again.
-                    self._session = None
-                    if isinstance(error, EnvProcessError):
-                        self._discard_env()
+                    self._recover(method, error)
                     _LOG.warning("%s failed: %s", method, error)
                     reply = {"error": f"{type(error).__name__}: {error}", "stale": False}
             return protocol.encode(reply)
@@ -103,6 +115,7 @@ class EnvService:
         """Close the environments; does not wait for a call in flight (one may be stuck in an environment)."""
         if self._env is not None:
             self._env.close()
+        self._close_episodes()
 
     def _spec(self, message: dict[str, Any]) -> dict[str, Any]:
         return self.spec
@@ -128,17 +141,45 @@ class EnvService:
         self._observations = rollout.observations[-1]
         return rollout.to_message()
 
+    def _evaluate(self, message: dict[str, Any]) -> dict[str, Any]:
+        render = bool(message["render"])
+        episodes = self._episodes[render]
+        policy, normalizer = collector.parse_request(message, episodes.observation_shape)
+        frames: list[np.ndarray] = []
+        returns, lengths = episodes.run_episodes(
+            policy, normalizer, message["episodes"], message["seed"], frames.append if render else None
+        )
+        reply = {"returns": np.array(returns, np.float64), "lengths": np.array(lengths, np.int64)}
+        if render:
+            reply["frames"] = np.stack(frames)
+        return reply
+
     def _current(self, message: dict[str, Any]) -> BatchEnv:
         if self._session is None or message.get("session") != self._session:
             raise _Stale(f"session {message.get('session')} is not current ({self._session or 'not reset'})")
         assert self._env is not None
         return self._env
 
+    def _recover(self, method: str, error: Exception) -> None:
+        """Leave nothing a failed call may have broken in use."""
+        if method == "Evaluate":
+            # Its environment may be in any state: the next Evaluate makes a fresh one. The batch is untouched.
+            self._close_episodes()
+            return
+        # Whatever the environments' state now is, the client must reset before it steps again.
+        self._session = None
+        if isinstance(error, EnvProcessError):
+            self._discard_env()
+
     def _discard_env(self) -> None:
         """After an environment failed, its batch is unusable: close it now, build a fresh one on Reset."""
         if self._env is not None:
             self._env.close()
             self._env = None
+
+    def _close_episodes(self) -> None:
+        for episodes in self._episodes.values():
+            episodes.close()
 
 
 def start(service: EnvService, port: int, host: str = "[::]") -> tuple[grpc.Server, int]:
