@@ -26,6 +26,7 @@ from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the se
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
+_ENV_SERVER_STARTUP_SECONDS = 10.0  # how long `visualize --env-server` waits for the server to answer
 
 
 class UsageError(Exception):
@@ -37,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train a policy with PPO in this process",
         description="Train with batched PPO until total_steps; checkpoints, summaries and config.yaml go to "
-        "--logdir. With --resume, continue the run in --logdir from its latest checkpoint (or start it).",
+        "--logdir. With --resume, continue the run in --logdir from its latest checkpoint (or start it). "
+        "TF_CONFIG makes this process a ps, worker or evaluator of a job; AGENTS_ENV_SERVERS "
+        '(JSON: {"addresses": ["HOST:PORT", ...], "mode": "step" | "rollout"}) takes the environments, '
+        "evaluations and the final video from env servers instead of this process.",
     )
     train.add_argument("--config", metavar="PRESET", help=f"preset: {', '.join(presets.names())}")
     train.add_argument(
@@ -59,11 +63,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     visualize = subparsers.add_parser(
         "visualize",
         help="render a run's latest policy to a GIF or MP4",
-        description="Render episodes of the latest checkpoint's deterministic policy, headless.",
+        description="Render episodes of the latest checkpoint's deterministic policy, headless, here or "
+        "by an env server.",
     )
     visualize.add_argument("--logdir", required=True, type=Path, help="run directory")
     visualize.add_argument("--out", required=True, type=Path, help="output file, .gif or .mp4")
     visualize.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
+    visualize.add_argument(
+        "--env-server",
+        metavar="HOST:PORT",
+        help="play and render the episodes on this env server (serving the run's environment), not here",
+    )
     visualize.set_defaults(func=_reporting("visualize", run_visualize))
 
     plot = subparsers.add_parser(
@@ -115,19 +125,22 @@ def run_train(args: argparse.Namespace) -> int:
         tf_config = tfconfig.from_env(os.environ)
     except tfconfig.TFConfigError as error:
         raise UsageError(f"{tfconfig.ENV_VAR}: {error}") from None
+    role = tf_config.task_type if tf_config is not None else naming.WORKER
+    env_servers = _env_servers() if role != naming.PS else None
     _quiet_tensorflow()
     from agents_operator.trainer import distributed, loop
 
-    if tf_config is not None and tf_config.task_type == naming.PS:
+    if role == naming.PS:
         return distributed.run_ps(tf_config, config.threads)
-    if tf_config is not None and tf_config.task_type == naming.EVALUATOR:
+    if role == naming.EVALUATOR:
         from agents_operator.trainer import evaluator
 
-        return evaluator.run(config, args.logdir)
-    _check_env_id(config.env_id)
+        return evaluator.run(config, args.logdir, env_servers=env_servers)
+    if env_servers is None:
+        _check_env_id(config.env_id)  # with env servers, this process may have no simulator at all
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
-    result = loop.train(config, args.logdir, cluster=cluster)
+    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers)
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 
@@ -142,10 +155,12 @@ def run_visualize(args: argparse.Namespace) -> int:
         raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
     if args.out.suffix == ".mp4" and not _importable("imageio_ffmpeg"):
         raise UsageError("writing .mp4 needs the imageio-ffmpeg package; write a .gif instead")
+    if args.env_server is not None:
+        _check_env_server(args.env_server, config.env_id)
     _quiet_tensorflow()
     from agents_operator.trainer import visualize
 
-    returns, checkpoint = visualize.render(config, args.logdir, args.out, args.episodes)
+    returns, checkpoint = visualize.render(config, args.logdir, args.out, args.episodes, args.env_server)
     shown = ", ".join(f"{r:.1f}" for r in returns)
     print(f"wrote {args.out}: {len(returns)} episode(s) of {checkpoint.name}, returns {shown}")
     return 0
@@ -253,6 +268,26 @@ def _check_env_id(env_id: str) -> None:
         make_env(env_id).close()
     except (gymnasium.error.Error, ModuleNotFoundError) as error:
         raise UsageError(f"env_id {env_id!r}: {error}") from None
+
+
+def _env_servers() -> tfconfig.EnvServers | None:
+    try:
+        return tfconfig.env_servers_from_env(os.environ)
+    except tfconfig.TFConfigError as error:
+        raise UsageError(str(error)) from None  # its messages name AGENTS_ENV_SERVERS
+
+
+def _check_env_server(address: str, env_id: str) -> None:
+    """Ask the env server for its spec once here, so a wrong address or environment is one line."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--env-server {address!r}: expected HOST:PORT")
+    from agents_operator.trainer.envserver import client
+
+    try:
+        client.connect([address], env_id, startup_timeout=_ENV_SERVER_STARTUP_SECONDS).close()
+    except (client.EnvServerError, ValueError) as error:
+        raise UsageError(f"--env-server {address}: {error}") from None
 
 
 def _saved_config(logdir: Path) -> TrainerConfig:

@@ -4,7 +4,8 @@ It reads the run directory the chief writes (a shared volume in a cluster), so e
 workers nothing: each new checkpoint is restored into a local learner and played for `eval_episodes`
 episodes; the returns go to the `evaluator/` summaries next to the chief's. It runs until it is stopped
 (the operator and the local launcher stop it when the job ends) or until it has scored a checkpoint that
-reached `total_steps`.
+reached `total_steps`. With env servers, the episodes are played by the first of them (it renders
+nothing, so the evaluator needs no simulator).
 """
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
-from agents_operator.trainer.envs import make_env
 from agents_operator.trainer.learner import CheckpointError, Learner, vector_size
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.summaries import SummaryWriter
-from agents_operator.trainer.wrappers import run_episodes
+from agents_operator.trainer.wrappers import LocalEpisodes
+
+if TYPE_CHECKING:
+    from agents_operator.tfconfig import EnvServers
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +33,17 @@ POLL_SECONDS = 5.0
 SEED_OFFSET = 2_000_000  # episodes of their own, apart from training and the chief's evaluations
 
 
-def run(config: TrainerConfig, logdir: Path, poll_seconds: float = POLL_SECONDS) -> int:
+def run(
+    config: TrainerConfig, logdir: Path, poll_seconds: float = POLL_SECONDS, env_servers: EnvServers | None = None
+) -> int:
     logdir = Path(logdir)
-    env = make_env(config.env_id, config.max_episode_steps)
-    learner = Learner(config, vector_size(env.observation_space.shape), vector_size(env.action_space.shape))
+    if env_servers is None:
+        episodes = LocalEpisodes(config.env_id, config.max_episode_steps)
+    else:
+        from agents_operator.trainer.envserver import client
+
+        episodes = client.connect(list(env_servers.addresses), config.env_id)
+    learner = Learner(config, vector_size(episodes.observation_shape), vector_size(episodes.action_shape))
     writer = SummaryWriter(logdir / "evaluator")
     seen: Path | None = None
     try:
@@ -47,11 +58,11 @@ def run(config: TrainerConfig, logdir: Path, poll_seconds: float = POLL_SECONDS)
                     log.warning("no checkpoint can be restored (%s)", error)
                     continue
                 observations = Normalizer(
-                    env.observation_space.shape, config.clip_observations, config.normalize_observations
+                    episodes.observation_shape, config.clip_observations, config.normalize_observations
                 )
                 observations.shared = state.observation_moments
-                returns, lengths = run_episodes(
-                    env, state.policy, observations, config.eval_episodes, config.seed + SEED_OFFSET
+                returns, lengths = episodes.run_episodes(
+                    state.policy, observations, config.eval_episodes, config.seed + SEED_OFFSET
                 )
                 mean_return = float(np.mean(returns))
                 values = {"eval/mean_return": mean_return, "eval/mean_length": float(np.mean(lengths))}
@@ -70,4 +81,4 @@ def run(config: TrainerConfig, logdir: Path, poll_seconds: float = POLL_SECONDS)
     finally:
         writer.close()
         learner.close()
-        env.close()
+        episodes.close()

@@ -5,6 +5,10 @@ Per iteration: `rollout_steps` steps of all `envs_per_worker` environments; GAE 
 sums and reads the new weights back for acting. Then summaries, metrics, progress, and every
 `eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
 shared env-step counter reaches `total_steps`; a final checkpoint (and evaluation) closes the run.
+
+The environments are the worker's own subprocesses (`BatchEnv`) or, with `env_servers`, those of env
+servers (`RemoteBatchEnv`, sampled per step or per rollout); the chief then also evaluates and renders its
+final video on the first server, so the trainer needs no simulator.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -26,7 +30,13 @@ from agents_operator.trainer.ppo import returns
 from agents_operator.trainer.ppo.networks import NumpyPolicy
 from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.summaries import SummaryWriter
-from agents_operator.trainer.wrappers import TrainingEnv, run_episodes
+from agents_operator.trainer.wrappers import LocalEpisodes, TrainingEnv
+
+if TYPE_CHECKING:
+    from agents_operator.tfconfig import EnvServers
+    from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.envserver.client import RemoteBatchEnv
+    from agents_operator.trainer.envserver.collector import RolloutSampler
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training environments
 
@@ -103,14 +113,14 @@ def train(
     logdir: Path,
     stream: TextIO | None = None,
     cluster: distributed.Cluster | None = None,
+    env_servers: EnvServers | None = None,
 ) -> RunResult:
     """Train (or continue training) in `logdir` until `total_steps`; see the module docstring.
 
     With a `cluster` this process is one worker of a parameter-server job: the shared variables live on
     the ps tasks, and only the chief writes config.yaml, checkpoints, summaries, evaluations and metrics.
+    With `env_servers` the environments are theirs (see the module docstring).
     """
-    from agents_operator.trainer.envs import BatchEnv
-
     started = time.monotonic()
     logdir = Path(logdir)
     chief = cluster is None or cluster.is_chief
@@ -118,15 +128,7 @@ def train(
     if chief:
         rundir.write_config(logdir, config)
     with contextlib.ExitStack() as stack:
-        batch_env = stack.enter_context(
-            BatchEnv(
-                config.env_id,
-                config.envs_per_worker,
-                envs_per_process=config.envs_per_process,
-                seed=config.seed + worker * config.envs_per_worker,
-                max_episode_steps=config.max_episode_steps,
-            )
-        )
+        batch_env = stack.enter_context(_batch_env(config, worker, env_servers))
         target = ""
         if cluster is not None:
             for name, address in cluster.peers():
@@ -135,7 +137,10 @@ def train(
         obs_dim, act_dim = vector_size(batch_env.observation_shape), vector_size(batch_env.action_shape)
         learner = Learner(config, obs_dim, act_dim, cluster, target)
         stack.callback(learner.close)
-        outputs = _Outputs(config, logdir, stream, chief)
+        episodes = (
+            batch_env if env_servers else stack.enter_context(LocalEpisodes(config.env_id, config.max_episode_steps))
+        )
+        outputs = _Outputs(config, logdir, stream, episodes, chief)
         stack.callback(outputs.close)
 
         def initialize() -> LearnerState:
@@ -154,7 +159,7 @@ def train(
             state = learner.state()
         _share_statistics(env, state)
         rng = np.random.default_rng([config.seed, worker, state.iterations])
-        sampler = Sampler(env, config, rng)
+        sampler = _sampler(env, config, rng, env_servers)
         result = outputs.result
         while not _finished(state, config, cluster):
             begin = time.monotonic()
@@ -193,10 +198,46 @@ def train(
         if cluster is not None:
             state = _leave_cluster(cluster, learner, logdir, outputs.progress)
         if chief and config.video_episodes:
-            _final_video(config, logdir, outputs.progress)
+            _final_video(config, logdir, outputs.progress, env_servers.addresses[0] if env_servers else None)
         result.env_steps, result.iterations = state.env_steps, state.iterations
         result.wall_seconds = time.monotonic() - started
         return result
+
+
+def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | None) -> BatchEnv | RemoteBatchEnv:
+    """The worker's environments: its own subprocesses, or those of its env servers (seeded by whoever
+    started them: the operator, with the seeds these would have had)."""
+    if env_servers is None:
+        from agents_operator.trainer.envs import BatchEnv
+
+        return BatchEnv(
+            config.env_id,
+            config.envs_per_worker,
+            envs_per_process=config.envs_per_process,
+            seed=config.seed + worker * config.envs_per_worker,
+            max_episode_steps=config.max_episode_steps,
+        )
+    from agents_operator.trainer.envserver import client
+
+    env = client.connect(list(env_servers.addresses), config.env_id)
+    if env.num_envs != config.envs_per_worker:
+        env.close()
+        raise ValueError(
+            f"env servers {', '.join(env_servers.addresses)} serve {env.num_envs} environments in all, "
+            f"envs_per_worker is {config.envs_per_worker}"
+        )
+    return env
+
+
+def _sampler(
+    env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator, env_servers: EnvServers | None
+) -> Sampler | RolloutSampler:
+    """Per-step sampling, or whole rollouts collected by the env servers in their rollout mode."""
+    if env_servers is not None and env_servers.mode == "rollout":
+        from agents_operator.trainer.envserver.collector import RolloutSampler
+
+        return RolloutSampler(env, config, rng)
+    return Sampler(env, config, rng)
 
 
 def _ps_share(timings: dict[str, float]) -> float:
@@ -212,14 +253,15 @@ def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.C
     return state.env_steps >= config.total_steps
 
 
-def _final_video(config: TrainerConfig, logdir: Path, progress: Progress) -> None:
-    """Render the final policy to videos/final.gif; a failure to render is reported, never fatal."""
+def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:
+    """Render the final policy to videos/final.gif, here or by `env_server`; a failure to render is reported,
+    never fatal."""
     from agents_operator.trainer import visualize
 
     out = logdir / rundir.VIDEO
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        returns, _ = visualize.render(config, logdir, out, config.video_episodes)
+        returns, _ = visualize.render(config, logdir, out, config.video_episodes, env_server)
     except Exception as error:  # rendering needs display libraries a minimal image may lack
         progress.note(f"no video: {type(error).__name__}: {error}")
         return
@@ -253,14 +295,21 @@ def _share_statistics(env: TrainingEnv, state: LearnerState) -> None:
 class _Outputs:
     """Where an iteration is reported: summaries, Prometheus metrics, progress, the `RunResult`; and evaluation."""
 
-    def __init__(self, config: TrainerConfig, logdir: Path, stream: TextIO | None, chief: bool = True):
+    def __init__(
+        self,
+        config: TrainerConfig,
+        logdir: Path,
+        stream: TextIO | None,
+        episodes: LocalEpisodes | RemoteBatchEnv,
+        chief: bool = True,
+    ):
         self.config = config
+        self.episodes = episodes  # where evaluations play
         # Only the chief writes summaries and serves metrics; other workers report progress in their logs.
         self.writer = SummaryWriter(logdir) if chief else None
         self.metrics = Metrics(config.metrics_port if chief else 0)
         self.progress = Progress(config.total_steps, stream)
         self.result = RunResult(0, 0)
-        self._eval_env = None
         self._last: tuple[float, int] | None = None
 
     def iteration(
@@ -315,12 +364,7 @@ class _Outputs:
         return (env_steps - last[1]) / (now - last[0])
 
     def evaluate(self, state: LearnerState, observations: Normalizer) -> None:
-        from agents_operator.trainer.envs import make_env
-
-        if self._eval_env is None:
-            self._eval_env = make_env(self.config.env_id, self.config.max_episode_steps)
-        returns, lengths = run_episodes(
-            self._eval_env,
+        returns, lengths = self.episodes.run_episodes(
             state.policy,
             observations,
             self.config.eval_episodes,
@@ -339,5 +383,3 @@ class _Outputs:
         self.metrics.close()
         if self.writer is not None:
             self.writer.close()
-        if self._eval_env is not None:
-            self._eval_env.close()

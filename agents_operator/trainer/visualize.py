@@ -2,13 +2,12 @@
 
 The environment renders with render_mode="rgb_array" (PyBullet's software renderer; pygame surfaces
 for the classic-control tasks, no display needed). The policy acts deterministically with the run's
-saved normaliser statistics, exactly as in evaluation.
+saved normaliser statistics, exactly as in evaluation. The episodes are played here, or by an env server
+(`RemoteBatchEnv.run_episodes`), which sends their frames back: only where the frames come from differs.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.wrappers import LocalEpisodes
 
 FORMATS = (".gif", ".mp4")
 _DEFAULT_FPS = 30
@@ -59,30 +59,32 @@ class _Mp4:
             self.writer.close()
 
 
-def render(config: TrainerConfig, logdir: Path, out: Path, episodes: int) -> tuple[list[float], Path]:
-    """Write `episodes` episodes of the run's latest policy to `out`; returns their returns and the checkpoint."""
-    from agents_operator.trainer.envs import make_env
+def render(
+    config: TrainerConfig, logdir: Path, out: Path, episodes: int, env_server: str | None = None
+) -> tuple[list[float], Path]:
+    """Write `episodes` episodes of the run's latest policy to `out`, played here or by the env server at
+    `env_server` (HOST:PORT); returns their returns and the checkpoint."""
     from agents_operator.trainer.learner import Learner, vector_size
-    from agents_operator.trainer.wrappers import run_episodes
 
-    # pygame (classic-control rendering) draws on plain surfaces; without a display driver set, SDL
-    # looks for one and complains on stderr. pygame still imports the deprecated pkg_resources.
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
-    env = make_env(config.env_id, config.max_episode_steps, render_mode="rgb_array")
-    learner = Learner(config, vector_size(env.observation_space.shape), vector_size(env.action_space.shape))
-    try:
-        restored = checkpoints.restore_latest(learner, logdir)
-        if restored is None:
-            raise FileNotFoundError(f"no checkpoint in {checkpoints.directory(logdir)}")
-        state, path = restored
-        observations = Normalizer(env.observation_space.shape, config.clip_observations, config.normalize_observations)
-        observations.shared = state.observation_moments
-        fps = env.metadata.get("render_fps") or _DEFAULT_FPS
-        writer = _Gif(out, fps) if out.suffix == ".gif" else _Mp4(out, fps)
-        returns, _ = run_episodes(env, state.policy, observations, episodes, config.seed, on_frame=writer.add)
-        writer.close()
-        return returns, path
-    finally:
-        learner.close()
-        env.close()
+    if env_server is None:
+        source = LocalEpisodes(config.env_id, config.max_episode_steps, render=True)
+    else:
+        from agents_operator.trainer.envserver import client
+
+        source = client.connect([env_server], config.env_id)
+    with source:
+        learner = Learner(config, vector_size(source.observation_shape), vector_size(source.action_shape))
+        try:
+            restored = checkpoints.restore_latest(learner, logdir)
+            if restored is None:
+                raise FileNotFoundError(f"no checkpoint in {checkpoints.directory(logdir)}")
+            state, path = restored
+            observations = Normalizer(source.observation_shape, config.clip_observations, config.normalize_observations)
+            observations.shared = state.observation_moments
+            fps = source.render_fps or _DEFAULT_FPS
+            writer = _Gif(out, fps) if out.suffix == ".gif" else _Mp4(out, fps)
+            returns, _ = source.run_episodes(state.policy, observations, episodes, config.seed, on_frame=writer.add)
+            writer.close()
+            return returns, path
+        finally:
+            learner.close()

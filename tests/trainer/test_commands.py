@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from agents_operator import presets
+from agents_operator import presets, tfconfig
 from agents_operator.trainer import commands, rundir
 
 from .cli import run
@@ -69,3 +69,24 @@ def test_visualize_and_plot_usage_errors(capsys, tmp_path):
     assert "no checkpoint in" in _error(capsys, "visualize", "--logdir", tmp_path, "--out", tmp_path / "a.gif")
     assert "must end in .gif or .mp4" in _error(capsys, "visualize", "--logdir", tmp_path, "--out", tmp_path / "a.png")
     assert "no summaries in" in _error(capsys, "plot", "--logdir", tmp_path, "--out", tmp_path / "c.png")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("envs:50051", "AGENTS_ENV_SERVERS is not valid JSON"),
+        ('["envs:50051"]', 'AGENTS_ENV_SERVERS must be a JSON object {"addresses": [...], "mode": ...}'),
+        ('{"addresses": []}', "AGENTS_ENV_SERVERS.addresses is empty"),
+        ('{"addresses": ["envs"]}', "AGENTS_ENV_SERVERS.addresses must be HOST:PORT strings, got ['envs']"),
+        ('{"addresses": ["envs:50051"], "mode": "often"}', "AGENTS_ENV_SERVERS.mode 'often' is not one of step"),
+    ],
+)
+@pytest.mark.parametrize("task", [None, "evaluator"])
+def test_malformed_env_servers_are_a_usage_error(capsys, monkeypatch, tmp_path, value, expected, task):
+    monkeypatch.setenv(tfconfig.ENV_SERVERS_VAR, value)
+    if task is not None:
+        config = tfconfig.TFConfig({"worker": ["w:2222"]}, task, 0)
+        monkeypatch.setenv(tfconfig.ENV_VAR, config.to_json())
+    err = _error(capsys, "train", "--config", "pendulum", "--logdir", tmp_path / "run")
+    assert err.startswith(f"agents-operator train: error: {expected}"), err
+    assert not (tmp_path / "run").exists()
