@@ -12,7 +12,13 @@ step_ms (wall time of one batched step within a rollout, acting included), and f
 that step one call at a time, round_trip_ms (median of the `step` call alone); ratio = steps_per_s against
 colocated.
 
+With `--train STEPS` it also trains each preset for STEPS environment steps in each placement (`loop.train`
+with the preset's own batch, `env_servers` pointing at one server seeded as the colocated batch), and
+reports under "training" the wall-clock env steps per second, its ratio to colocated, and the final
+evaluation return (the same seed everywhere: step mode should match colocated exactly).
+
     .venv/bin/python benchmarks/placement.py --envs 8 --rollout-steps 256
+    .venv/bin/python benchmarks/placement.py --presets pendulum --train 40000
 """
 
 from __future__ import annotations
@@ -29,17 +35,19 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from agents_operator import presets  # noqa: E402
+from agents_operator import presets, tfconfig  # noqa: E402
 from agents_operator.config import TrainerConfig  # noqa: E402
 from agents_operator.trainer.envs import BatchEnv  # noqa: E402
 from agents_operator.trainer.envserver.client import RemoteBatchEnv  # noqa: E402
 from agents_operator.trainer.envserver.collector import RolloutSampler  # noqa: E402
-from agents_operator.trainer.loop import Sampler  # noqa: E402
+from agents_operator.trainer.loop import Sampler, train  # noqa: E402
 from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
 from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
 
@@ -65,7 +73,7 @@ def random_policy(config: TrainerConfig, obs_dim: int, act_dim: int) -> NumpyPol
 def env_server(config: TrainerConfig) -> Iterator[str]:
     """`agents-operator env-server` for `config`'s batch, in its own process; yields its address."""
     command = [sys.executable, "-m", "agents_operator.cli", "env-server", "--env", config.env_id, "--port", "0"]
-    command += ["--envs", str(config.envs_per_worker)]
+    command += ["--envs", str(config.envs_per_worker), "--seed", str(config.seed)]
     if config.envs_per_process:
         command += ["--envs-per-process", str(config.envs_per_process)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -123,15 +131,41 @@ def measure(preset: str, args: argparse.Namespace) -> dict[str, object]:
     return results
 
 
+def measure_training(preset: str, steps: int) -> dict[str, object]:
+    """Whole training runs of `steps` env steps: colocated, per step through a server, rollout mode."""
+    config = presets.resolve(preset, {"total_steps": steps, "video_episodes": 0, "metrics_port": 0})
+    results: dict[str, dict[str, float]] = {}
+    for name, mode in (("colocated", None), ("per_step", "step"), ("rollout", "rollout")):
+        with contextlib.ExitStack() as stack:
+            servers = None
+            if mode is not None:
+                servers = tfconfig.EnvServers((stack.enter_context(env_server(config)),), mode)
+            logdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            begin = time.perf_counter()
+            run = train(config, logdir, env_servers=servers)
+            seconds = time.perf_counter() - begin
+        results[name] = {
+            "steps_per_s": round(run.env_steps / seconds),
+            "final_eval": round(run.evaluations[-1][1], 1) if run.evaluations else None,
+        }
+    for entry in results.values():
+        entry["ratio"] = round(entry["steps_per_s"] / results["colocated"]["steps_per_s"], 3)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), help="tasks (their networks and envs)")
     parser.add_argument("--envs", type=int, default=8, help="environments in the batch, the same in every placement")
     parser.add_argument("--rollout-steps", type=int, default=256, help="steps per environment and rollout")
     parser.add_argument("--repeats", type=int, default=3, help="rollouts per placement; the fastest counts")
+    parser.add_argument("--train", type=int, default=0, metavar="STEPS", help="also train for STEPS env steps")
     args = parser.parse_args()
     results = {preset: measure(preset, args) for preset in args.presets}
-    print(json.dumps({"envs": args.envs, "rollout_steps": args.rollout_steps, "results": results}))
+    line: dict[str, object] = {"envs": args.envs, "rollout_steps": args.rollout_steps, "results": results}
+    if args.train:
+        line["training"] = {preset: measure_training(preset, args.train) for preset in args.presets}
+    print(json.dumps(line))
 
 
 if __name__ == "__main__":
