@@ -220,8 +220,9 @@ class Environments(CamelModel):
     )
     mode: Literal["step", "rollout"] = Field(
         "step",
-        description="step: one round trip per batched step. rollout: the server runs the policy for a whole "
-        "rollout and returns the trajectories (one round trip per rollout; for slow or far sources).",
+        description="sidecar and remote only. step: one round trip per batched step. rollout: the server "
+        "runs the policy for a whole rollout and returns the trajectories (one round trip per rollout; for "
+        "slow or far sources).",
     )
     servers_per_worker: int = Field(
         1,
