@@ -53,11 +53,16 @@ def _is_true(job: dict, type_: str) -> bool:
     return cond is not None and cond.get("status") == "True"
 
 
-def _parse_replica(replica: str) -> tuple[str, int]:
-    replica_type, _, index = replica.rpartition("-")
-    if replica_type not in naming.CHILD_TYPES or not index.isdigit():
-        raise ValueError(f"replica must look like worker-0, ps-0, evaluator-0 or envserver-0, got {replica!r}")
-    return replica_type, int(index)
+def _parse_replica(replica: str) -> tuple[str, int, str | None]:
+    """(type, index, container or None) of 'worker-0', 'envserver-1' or 'worker-0/env-server'."""
+    child, _, container = replica.partition("/")
+    replica_type, _, index = child.rpartition("-")
+    if replica_type not in naming.CHILD_TYPES or not index.isdigit() or (container == "" and "/" in replica):
+        raise ValueError(
+            "replica must look like worker-0, ps-0, evaluator-0 or envserver-0, optionally with /CONTAINER "
+            f"(worker-0/env-server), got {replica!r}"
+        )
+    return replica_type, int(index), container or None
 
 
 class AgentsJobClient:
@@ -179,13 +184,15 @@ class AgentsJobClient:
     def logs(self, name: str, replica: str = ..., follow: Literal[True] = ...) -> Iterator[str]: ...
 
     def logs(self, name: str, replica: str = "worker-0", follow: bool = False) -> str | Iterator[str]:
-        """The trainer container's log of one replica ('worker-0', 'ps-0', 'evaluator-0'): all of it as a
-        string, or with follow=True an iterator of lines that ends when the container does.
+        """The trainer container's log of one replica ('worker-0', 'ps-0', 'evaluator-0'), or the server's of
+        an env-server pod ('envserver-0'), or a named container's ('worker-0/env-server': a sidecar): all of
+        it as a string, or with follow=True an iterator of lines that ends when the container does.
 
         Raises JobNotFound when the pod is gone: cleanPodPolicy deletes the ps and running pods when the job
         ends (finished workers stay under the default, Running), and deleting the job deletes every pod.
         """
-        pod_name = naming.child_name(name, *_parse_replica(replica))
+        replica_type, index, container = _parse_replica(replica)
+        pod_name = naming.child_name(name, replica_type, index)
         try:
             pod = self.core.read_namespaced_pod(pod_name, self.namespace)
         except ApiException as err:
@@ -195,7 +202,7 @@ class AgentsJobClient:
                     "or deleted it when it finished (spec.runPolicy.cleanPodPolicy)"
                 ) from None
             raise
-        container = _trainer_container(pod)
+        container = container or _trainer_container(pod)
         if not follow:
             return self.core.read_namespaced_pod_log(pod_name, self.namespace, container=container)
         return self._follow(pod_name, container)
@@ -211,6 +218,7 @@ class AgentsJobClient:
 
 
 def _trainer_container(pod: Any) -> str:
-    """The container `render` runs the trainer in: the one named 'agents', else the first."""
+    """The container `render` runs the trainer in: the one named 'agents', else the first (which, in an
+    env-server pod, is the server)."""
     names = [c.name for c in pod.spec.containers]
     return render.TRAINER_CONTAINER if render.TRAINER_CONTAINER in names else names[0]

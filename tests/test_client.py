@@ -207,6 +207,18 @@ def test_logs_of_the_trainer_container(jobs):
     assert jobs.core.read_namespaced_pod_log.call_args.kwargs == {"container": "trainer"}
 
 
+def test_logs_of_env_servers_and_sidecars(jobs):
+    jobs.core.read_namespaced_pod.return_value = _pod("env-server")
+    jobs.core.read_namespaced_pod_log.return_value = "serving\n"
+    assert jobs.logs("cheetah", replica="envserver-3") == "serving\n"
+    assert jobs.core.read_namespaced_pod_log.call_args.args == ("cheetah-envserver-3", "research")
+    assert jobs.core.read_namespaced_pod_log.call_args.kwargs == {"container": "env-server"}
+    jobs.core.read_namespaced_pod.return_value = _pod("agents")  # init containers are not in spec.containers
+    jobs.logs("cheetah", replica="worker-1/env-server")
+    assert jobs.core.read_namespaced_pod_log.call_args.args == ("cheetah-worker-1", "research")
+    assert jobs.core.read_namespaced_pod_log.call_args.kwargs == {"container": "env-server"}
+
+
 def test_follow_streams_lines_and_releases_the_connection(jobs):
     response = mock.Mock()
     response.stream.return_value = iter([b"step 1\nst", b"ep 2\n"])
@@ -223,7 +235,7 @@ def test_logs_of_a_pod_that_is_gone(jobs):
         jobs.logs("pendulum", replica="ps-0")
 
 
-@pytest.mark.parametrize("replica", ["worker", "chief-0", "worker-x", ""])
+@pytest.mark.parametrize("replica", ["worker", "chief-0", "worker-x", "", "worker-0/", "/env-server"])
 def test_bad_replica_names(jobs, replica):
     with pytest.raises(ValueError, match="replica must look like"):
         jobs.logs("pendulum", replica=replica)
