@@ -88,24 +88,57 @@ class Sampler:
             episode_returns += step.episode_returns
             episode_lengths += step.episode_lengths
             self.observations = step.observations
-        rewards = self.env.rewards.scale(rewards)
-        next_values = returns.next_values(
-            values, policy.value_of(self.observations), final_values, terminated | truncated
-        )
-        advantages, value_targets = returns.gae(
-            rewards, values, next_values, terminated, truncated, self.config.discount, self.config.gae_lambda
-        )
-        batch = Batch(
-            observations=observations.reshape(steps * n, obs_dim),
-            actions=actions.reshape(steps * n, act_dim),
-            log_probs=log_probs.reshape(-1),
-            means=means.reshape(steps * n, act_dim),
-            log_std=policy.log_std.astype(np.float32),
-            values=values.reshape(-1),
-            advantages=advantages.reshape(-1),
-            returns=value_targets.reshape(-1),
+        batch = rollout_batch(
+            self.config,
+            policy,
+            observations,
+            actions,
+            log_probs,
+            means,
+            values,
+            self.env.rewards.scale(rewards),
+            terminated,
+            truncated,
+            final_values,
+            policy.value_of(self.observations),
         )
         return batch, episode_returns, episode_lengths
+
+
+def rollout_batch(
+    config: TrainerConfig,
+    policy: NumpyPolicy,
+    observations: np.ndarray,
+    actions: np.ndarray,
+    log_probs: np.ndarray,
+    means: np.ndarray,
+    values: np.ndarray,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    final_values: np.ndarray,
+    last_values: np.ndarray,
+) -> Batch:
+    """The PPO batch of one rollout (arrays shaped (steps, envs, ...), rewards already scaled): GAE with
+    bootstrapping from `final_values` at truncations and from `last_values` after the last step, flattened.
+
+    Both samplers end here: `Sampler` after stepping locally, `envserver.collector.to_batch` after a rollout
+    collected by env servers."""
+    steps, n = rewards.shape
+    next_values = returns.next_values(values, last_values, final_values, terminated | truncated)
+    advantages, value_targets = returns.gae(
+        rewards, values, next_values, terminated, truncated, config.discount, config.gae_lambda
+    )
+    return Batch(
+        observations=observations.reshape(steps * n, -1),
+        actions=actions.reshape(steps * n, -1),
+        log_probs=log_probs.reshape(-1),
+        means=means.reshape(steps * n, -1),
+        log_std=policy.log_std.astype(np.float32),
+        values=values.reshape(-1),
+        advantages=advantages.reshape(-1),
+        returns=value_targets.reshape(-1),
+    )
 
 
 def train(

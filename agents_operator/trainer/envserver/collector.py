@@ -12,7 +12,7 @@ against the local sampler). One difference is deliberate: `loop.Sampler` acts on
 a rollout as it was normalised at the end of the previous one; here every observation of a rollout is
 normalised with the statistics of that rollout. Both are equal while the statistics do not change.
 
-The server side (`run`) imports no TensorFlow; `to_batch` needs the learner's `Batch` and imports it late.
+The server side (`run`) imports no TensorFlow; `to_batch` needs the trainer's `loop.rollout_batch` and imports it late.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents_operator.trainer.normalize import Moments, Normalizer
-from agents_operator.trainer.ppo import returns
 from agents_operator.trainer.ppo.networks import NumpyPolicy
 
 if TYPE_CHECKING:
@@ -208,9 +207,9 @@ def to_batch(
 
     Feeds `env`'s observation normaliser and reward scaler as `TrainingEnv.step` would have, step by step.
     """
-    from agents_operator.trainer.learner import Batch  # imports TensorFlow, which the server side never needs
+    from agents_operator.trainer.loop import rollout_batch  # imports TensorFlow, which the server never needs
 
-    steps, n = rollout.rewards.shape
+    steps = rollout.rewards.shape[0]
     if rollout.restarted.any():
         # The discarded episodes' discounted returns must not run on into the new ones.
         env.rewards.returns[rollout.restarted] = 0.0
@@ -218,24 +217,19 @@ def to_batch(
     for t in range(steps):
         env.observations.observe(rollout.observations[t + 1])
         env.rewards.track(rollout.rewards[t], rollout.terminated[t] | rollout.truncated[t])
-    observations = env.observations.normalize(rollout.observations[:steps])
-    rewards = env.rewards.scale(rollout.rewards)
-    next_values = returns.next_values(
-        rollout.values, rollout.last_values, rollout.final_values, rollout.terminated | rollout.truncated
-    )
-    advantages, value_targets = returns.gae(
-        rewards, rollout.values, next_values, rollout.terminated, rollout.truncated, config.discount, config.gae_lambda
-    )
-    act_dim = rollout.actions.shape[2]
-    batch = Batch(
-        observations=observations.reshape(steps * n, -1),
-        actions=rollout.actions.reshape(steps * n, act_dim),
-        log_probs=rollout.log_probs.reshape(-1),
-        means=rollout.means.reshape(steps * n, act_dim),
-        log_std=policy.log_std.astype(np.float32),
-        values=rollout.values.reshape(-1),
-        advantages=advantages.reshape(-1),
-        returns=value_targets.reshape(-1),
+    batch = rollout_batch(
+        config,
+        policy,
+        env.observations.normalize(rollout.observations[:steps]),
+        rollout.actions,
+        rollout.log_probs,
+        rollout.means,
+        rollout.values,
+        env.rewards.scale(rollout.rewards),
+        rollout.terminated,
+        rollout.truncated,
+        rollout.final_values,
+        rollout.last_values,
     )
     return batch, rollout.episode_returns.tolist(), rollout.episode_lengths.tolist()
 
