@@ -138,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         "local",
         help="run an AgentsJob on this machine, one process per replica",
         description="Run the job's replicas here with the commands and environment render gives their pods "
-        "(hosts mapped to free localhost ports). Per-replica logs go to LOGDIR/logs; restart policies and "
+        "(hosts mapped to free localhost ports). Env servers of a sidecar or remote placement run as "
+        "processes too, each on its own port. Per-replica logs go to LOGDIR/logs; restart policies and "
         "backoffLimit are honoured; Ctrl-C stops every process. Exit 0 only when the job succeeded.",
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest")
