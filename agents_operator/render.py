@@ -184,7 +184,7 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
     containers = pod_spec["containers"]
     main = _main_index(containers, main_name)
     if replica_type == naming.ENV_SERVER:
-        share = remote_env_servers(job)[index]
+        share = _remote_share(job, index)
         containers[main] = _env_server_container(job, containers[main], share, options)
     else:
         containers[main] = _trainer_container(job, containers[main], replica_type, index, options)
@@ -283,15 +283,22 @@ def env_server_addresses(job: AgentsJob, replica_type: str, index: int) -> tuple
     shares = env_server_shares(job, replica_type, index)
     if environments.placement == "sidecar":
         return tuple(f"localhost:{environments.port}" for _ in shares)
-    first = 0
-    for owner in _env_server_owners(job):
-        if owner == (replica_type, index):
-            break
-        first += len(env_server_shares(job, *owner))
+    # Workers own B servers each, in worker order; the evaluator's comes after them.
+    per_worker = environments.servers_per_worker
+    first = index * per_worker if replica_type == naming.WORKER else job.spec.replica_specs.worker.replicas * per_worker
     return tuple(
         tfconfig.host(job.name, naming.ENV_SERVER, first + k, job.namespace, environments.port)
         for k in range(len(shares))
     )
+
+
+def _remote_share(job: AgentsJob, server: int) -> EnvServerShare:
+    """The share of env-server pod `server` of a remote placement (`remote_env_servers(job)[server]`)."""
+    per_worker = job.spec.environments.servers_per_worker
+    owner, k = divmod(server, per_worker)
+    if owner < job.spec.replica_specs.worker.replicas:
+        return env_server_shares(job, naming.WORKER, owner)[k]
+    return env_server_shares(job, naming.EVALUATOR, 0)[0]
 
 
 def env_server_args(job: AgentsJob, share: EnvServerShare) -> list[str]:
