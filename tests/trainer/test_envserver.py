@@ -167,6 +167,35 @@ def test_a_killed_server_is_reconnected_and_its_episode_discarded() -> None:
     assert [result.episode_lengths for result in after if result.episode_lengths] == [[10, 10]]
 
 
+FORK_AFTER_GRPC = """
+import os, subprocess
+from agents_operator.trainer.envserver import server  # imports grpc as the trainer and the env server do
+import grpc
+
+service = server.EnvService("Pendulum-v1", 1, envs_per_process=1)
+grpc_server, port = server.start(service, 0)
+with grpc.insecure_channel(f"localhost:{port}") as channel:
+    grpc.channel_ready_future(channel).result(timeout=30)
+    # What imageio does to start ffmpeg: fork, setpgrp, exec.
+    codes = [subprocess.Popen(["true"], preexec_fn=os.setpgrp).wait() for _ in range(100)]
+grpc_server.stop(0).wait()
+service.close()
+print("failed children:", sum(code != 0 for code in codes))
+"""
+
+
+def test_a_process_using_grpc_can_fork_and_exec() -> None:
+    """grpcio's default fork support can kill a forked child before it execs (it killed ffmpeg's, for videos)."""
+    environment = {key: value for key, value in os.environ.items() if key != "GRPC_ENABLE_FORK_SUPPORT"}
+    environment["PYTHONPATH"] = os.pathsep.join(path or os.getcwd() for path in sys.path)
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_AFTER_GRPC], env=environment, capture_output=True, text=True, timeout=50
+    )
+    assert result.returncode == 0, result.stderr
+    assert "failed children: 0" in result.stdout, result.stdout + result.stderr
+    assert "epoll_wait error" not in result.stderr
+
+
 def test_sigterm_closes_the_environments_and_a_gone_server_is_named() -> None:
     process = ServerProcess("--env", "Pendulum-v1", "--envs", 2, "--envs-per-process", 1, "--port", 0)
     try:
