@@ -17,6 +17,12 @@ from agents_operator import local, policy, status, tfconfig
 from agents_operator.api import parse_job
 
 PY = sys.executable
+# `agents-operator` as a terminal starts it. A shell that runs the tests in the background hands its children
+# SIGINT ignored, and Python keeps it ignored; Ctrl-C must still work in the test.
+WITH_CTRL_C = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from agents_operator.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def job(worker_cmd, ps_cmd=("sleep", "60"), workers=2, worker_policy="OnFailure", backoff=3, success="ChiefWorker"):
@@ -172,7 +178,7 @@ def test_ctrl_c_stops_every_process(tmp_path):
     }
     manifest.write_text(yaml.safe_dump(data))
     proc = subprocess.Popen(
-        [PY, "-m", "agents_operator", "local", str(manifest), "--logdir", str(tmp_path / "run"), "--no-video"],
+        [PY, "-c", WITH_CTRL_C, "local", str(manifest), "--logdir", str(tmp_path / "run"), "--no-video"],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -237,9 +237,11 @@ def test_workers_ignore_sigint() -> None:
 
 PARENT = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     import numpy as np
     from agents_operator.trainer.envs import BatchEnv
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
 
     with BatchEnv(sys.argv[1], num_envs=2, envs_per_process=1) as env:
         print(*env.reset()[:, 4].astype(int), flush=True)
