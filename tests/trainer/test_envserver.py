@@ -225,6 +225,24 @@ def test_command_line_mistakes_are_one_line(capsys: pytest.CaptureFixture[str]) 
     assert "cannot listen on port" in capsys.readouterr().err
 
 
+def test_serve_stops_on_sigterm_and_gives_the_signal_handlers_back(capsys: pytest.CaptureFixture[str]) -> None:
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(server.StartError):
+        server.serve("CartPole-v1", 1, port=0)  # a discrete action space
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+    def terminate_once_serving() -> None:
+        deadline = time.monotonic() + 30
+        while "serving" not in capsys.readouterr().out and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # to the process, as a kubelet sends it: the main thread handles it
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(terminate_once_serving)
+        assert server.serve("Pendulum-v1", 1, port=0) == 0
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
 # --- rollout mode ------------------------------------------------------------------------------------
 
 

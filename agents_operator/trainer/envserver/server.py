@@ -22,12 +22,13 @@ environments and exits 0. Its environment processes also exit by themselves when
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -214,18 +215,28 @@ def serve(
     envs_per_process: int | None = None,
 ) -> int:
     """Serve until SIGTERM or SIGINT; prints one line with the port once it listens. Returns the exit code."""
-    stopping = threading.Event()
-    for signal_number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signal_number, lambda *_: stopping.set())
-    try:
-        service = EnvService(env_id, num_envs, seed, max_episode_steps, envs_per_process)
-    except ValueError as error:  # e.g. a discrete action space
-        raise StartError(str(error)) from None
-    try:
-        server, bound = start(service, port)
-        print(f"env-server: serving {num_envs} x {env_id} on port {bound}", flush=True)
-        stopping.wait()
-        server.stop(_GRACE_SECONDS).wait()
-    finally:
-        service.close()
+    with _until_signalled() as stopping:
+        try:
+            service = EnvService(env_id, num_envs, seed, max_episode_steps, envs_per_process)
+        except ValueError as error:  # e.g. a discrete action space
+            raise StartError(str(error)) from None
+        try:
+            server, bound = start(service, port)
+            print(f"env-server: serving {num_envs} x {env_id} on port {bound}", flush=True)
+            stopping.wait()
+            server.stop(_GRACE_SECONDS).wait()
+        finally:
+            service.close()
     return 0
+
+
+@contextlib.contextmanager
+def _until_signalled() -> Iterator[threading.Event]:
+    """An event that SIGTERM or SIGINT sets while inside; the handlers that were there before come back after."""
+    stopping = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: stopping.set()) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stopping
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
