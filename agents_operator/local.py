@@ -204,6 +204,17 @@ class Tracker:
         return ", ".join(parts)
 
 
+def _kill_leftovers(replica: Replica) -> None:
+    """SIGKILL what is left of the process group of a replica whose leader has just been reaped.
+
+    Env subprocesses or anything the replica started may outlive it, as a pod's processes do not. This runs
+    at once: while a member of the group lives, its id cannot be given to a new process, but once none does,
+    the id is free, and a killpg minutes later could hit a stranger that now leads a group of that number.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(replica.process.pid, signal.SIGKILL)
+
+
 class Launcher:
     """Starts, watches, restarts and stops the replicas of one job."""
 
@@ -252,10 +263,8 @@ class Launcher:
             if replica.running:
                 self._signal(replica, signal.SIGKILL)
                 replica.process.wait()
-            elif replica.process is not None:
-                # The group may outlive its leader (env subprocesses): make sure nothing stays behind.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(replica.process.pid, signal.SIGKILL)
+            if replica.process is not None and replica.exit_code is None:  # ended during this stop
+                _kill_leftovers(replica)
         for replica in self.replicas:
             if replica.log_file is not None:
                 replica.log_file.close()
@@ -291,6 +300,7 @@ class Launcher:
             if code is None:
                 continue
             replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
+            _kill_leftovers(replica)
             print(f"{replica.name} exited with code {replica.exit_code}", file=self.out)
             if replica.sidecar is not None:
                 # As the kubelet does with a native sidecar: restarted, not counted against backoffLimit.

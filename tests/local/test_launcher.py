@@ -113,6 +113,31 @@ def test_exit_code_policy_retries_signals_until_the_backoff_limit(tmp_path):
     assert "attempt 2" in (tmp_path / "logs" / "t-worker-0.log").read_text()
 
 
+def test_what_a_replica_leaves_behind_is_killed_when_it_exits_not_at_the_end(tmp_path):
+    """An exited replica's group id is free for reuse by then: killing leftovers later could hit a stranger."""
+    marker = tmp_path / "orphan"
+    worker = script(f"""
+        import os, subprocess, sys, time
+        marker = {str(marker)!r}
+        if os.environ["AGENTS_REPLICA_INDEX"] == "1":
+            orphan = subprocess.Popen(["sleep", "300"])  # in worker-1's process group
+            open(marker + ".tmp", "w").write(str(orphan.pid))
+            os.rename(marker + ".tmp", marker)
+            sys.exit(0)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(open(marker).read())
+        while os.path.exists(f"/proc/{{pid}}") and open(f"/proc/{{pid}}/stat").read().split()[2] != "Z":
+            if time.monotonic() > deadline:
+                sys.exit(3)  # still there while the job runs
+            time.sleep(0.05)
+    """)
+    launcher, outcome = run(job(worker, worker_policy="ExitCode", success="AllWorkers"), tmp_path)
+    assert outcome.succeeded, outcome
+    assert [r.exit_code for r in launcher.replicas[1:]] == [0, 0]
+
+
 def test_backoff_limit_bounds_restarts_across_the_job(tmp_path):
     launcher, outcome = run(job(["sh", "-c", "exit 1"], worker_policy="OnFailure", backoff=3), tmp_path)
     assert not outcome.succeeded
