@@ -1,17 +1,20 @@
-"""Sampling throughput of BatchEnv against the raw single-process loop; prints one JSON line.
+"""Sampling throughput of the trainer against the raw single-process loop; prints one JSON line.
 
-For each environment it measures, best of `--repeats` alternating rounds (the build machine is shared, so
-the best round is the least disturbed one):
+For each preset's environment it measures, best of `--repeats` alternating rounds (the build machine is
+shared, so the best round is the least disturbed one):
 - raw_steps_per_s: one environment in this process, random actions, resets included;
 - parallel_raw_steps_per_s: `cores` such loops in separate processes at once, without any exchange: what
   perfect batching would reach on this machine as loaded as it is now;
-- batch_steps_per_s: BatchEnv over every usable CPU, random actions;
-- policy_steps_per_s: the same with the trainer's acting cost, a numpy MLP (256, 256) forward pass and a
-  Gaussian sample on the batch of observations.
-ratio = policy_steps_per_s / (raw_steps_per_s * cores) is the share of the machine's raw simulation speed
-that sampling for PPO keeps (goal: 0.85 or more; random_ratio is the same without the policy).
-efficiency = policy_steps_per_s / parallel_raw_steps_per_s is the same against what the cores delivered
-while measuring: it tells the cost of the batching from the noise of a shared machine.
+- batch_steps_per_s: BatchEnv over every usable CPU, random actions, all processes in lockstep;
+- sampler_steps_per_s: the trainer's sampling phase (`loop.Sampler.collect`: the preset's policy and value
+  networks in numpy, normalisation, GAE) on that BatchEnv, each process going through the rollout at its own
+  pace while the policy acts for another;
+- lockstep_steps_per_s: the same sampler with the batch stepped as one group, every step waiting for all
+  processes (the policy acts while every process waits): what the pipelining gains.
+ratio = sampler_steps_per_s / (raw_steps_per_s * cores) is the share of the machine's raw simulation speed
+that sampling for PPO keeps (goal: 0.85 or more); random_ratio and lockstep_ratio are the same for the
+other two. efficiency = sampler_steps_per_s / parallel_raw_steps_per_s is the same against what the cores
+delivered while measuring: it tells the cost of the batching from the noise of a shared machine.
 
     .venv/bin/python benchmarks/sampling.py --envs 16 --seconds 5
 """
@@ -25,19 +28,22 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", 
     os.environ[_variable] = "1"
 
 import argparse  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from multiprocessing.queues import SimpleQueue  # noqa: E402
 from multiprocessing.synchronize import Barrier  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from agents_operator.trainer.envs import BatchEnv, make_env, usable_cpus  # noqa: E402
+from agents_operator import presets  # noqa: E402
+from agents_operator.trainer.envs import BatchEnv, StepResult, make_env, usable_cpus  # noqa: E402
+from agents_operator.trainer.learner import Learner, vector_size  # noqa: E402
+from agents_operator.trainer.loop import Sampler  # noqa: E402
+from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
+from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
 
-ENV_IDS = ("HalfCheetahBulletEnv-v0", "AntBulletEnv-v0")
+PRESETS = ("cheetah", "ant")
 
 
 def raw_steps_per_s(env_id: str, steps: int, seconds: float, barrier: Barrier | None = None) -> float:
@@ -79,69 +85,82 @@ def _put_raw_steps_per_s(results: SimpleQueue, *args: object) -> None:
     results.put(raw_steps_per_s(*args))
 
 
-def mlp_policy(observation_size: int, action_size: int) -> Callable[[np.ndarray], np.ndarray]:
-    """A local numpy copy of a (256, 256) tanh policy: how the trainer picks actions while sampling."""
-    rng = np.random.default_rng(0)
-    sizes = (observation_size, 256, 256, action_size)
-    weights = [rng.normal(0, 1 / np.sqrt(m), (m, n)).astype(np.float32) for m, n in itertools.pairwise(sizes)]
-    biases = [np.zeros(n, np.float32) for n in sizes[1:]]
+class _Lockstep:
+    """A BatchEnv seen as a single group: every step of the sampler waits for all of its processes."""
 
-    def act(observations: np.ndarray) -> np.ndarray:
-        hidden = observations
-        for w, b in zip(weights[:-1], biases[:-1], strict=True):
-            hidden = np.tanh(hidden @ w + b)
-        mean = hidden @ weights[-1] + biases[-1]
-        return mean + 0.5 * rng.standard_normal(mean.shape, np.float32)
+    def __init__(self, env: BatchEnv):
+        self.env = env
+        self.groups = [range(env.num_envs)]
 
-    return act
+    def send_step(self, group: int, actions: np.ndarray) -> None:
+        self._actions = actions
+
+    def receive_step(self, group: int) -> StepResult:
+        return self.env.step(self._actions)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.env, name)
 
 
-def batch_steps_per_s(env: BatchEnv, policy: bool, steps: int, seconds: float) -> float:
+def batch_steps_per_s(env: BatchEnv, steps: int, seconds: float) -> float:
     rng = np.random.default_rng(0)
     shape = (env.num_envs, *env.action_shape)
-    if policy:
-        act = mlp_policy(env.observation_shape[0], env.action_shape[0])
-    else:
-
-        def act(observations: np.ndarray) -> np.ndarray:
-            return rng.uniform(env.action_low, env.action_high, shape)
-
-    observations = env.reset()
+    env.reset()
     for _ in range(10):  # warm-up: first resets, caches
-        observations = env.step(act(observations)).observations
+        env.step(rng.uniform(env.action_low, env.action_high, shape))
     done, started = 0, time.perf_counter()
     while done < steps and time.perf_counter() - started < seconds:
-        observations = env.step(act(observations)).observations
+        env.step(rng.uniform(env.action_low, env.action_high, shape))
         done += env.num_envs
     return done / (time.perf_counter() - started)
 
 
-def measure(env_id: str, args: argparse.Namespace, cores: int) -> dict[str, float | int]:
-    best = {"raw": 0.0, "parallel_raw": 0.0, "random": 0.0, "policy": 0.0}
+def sampler_steps_per_s(sampler: Sampler, policy: NumpyPolicy, steps: int, seconds: float) -> float:
+    sampler.collect(policy)  # warm-up
+    done, started = 0, time.perf_counter()
+    while done < steps and time.perf_counter() - started < seconds:
+        batch, _, _ = sampler.collect(policy)
+        done += len(batch)
+    return done / (time.perf_counter() - started)
+
+
+def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, float | int | str]:
+    # Short rollouts, so that a measurement holds many of them; the networks are the preset's.
+    config = presets.resolve(preset, {"envs_per_worker": args.envs, "rollout_steps": 32})
+    env_id = config.env_id
+    best = {"raw": 0.0, "parallel_raw": 0.0, "random": 0.0, "sampler": 0.0, "lockstep": 0.0}
     with BatchEnv(env_id, args.envs, envs_per_process=args.envs_per_process) as env:
+        learner = Learner(config, vector_size(env.observation_shape), vector_size(env.action_shape))
+        policy = learner.initialize().policy
+        learner.close()
+        rng = np.random.default_rng(0)
         for _ in range(args.repeats):
             best["raw"] = max(best["raw"], raw_steps_per_s(env_id, args.steps, args.seconds))
             parallel = parallel_raw_steps_per_s(env_id, args.steps // cores, args.seconds, cores)
             best["parallel_raw"] = max(best["parallel_raw"], parallel)
-            for kind in ("random", "policy"):
-                rate = batch_steps_per_s(env, kind == "policy", args.steps, args.seconds)
-                best[kind] = max(best[kind], rate)
+            best["random"] = max(best["random"], batch_steps_per_s(env, args.steps, args.seconds))
+            for kind, grouped in (("sampler", env), ("lockstep", _Lockstep(env))):
+                sampler = Sampler(TrainingEnv(grouped, config), config, rng)  # resets the batch
+                best[kind] = max(best[kind], sampler_steps_per_s(sampler, policy, args.steps, args.seconds))
         processes = env.num_processes
     return {
+        "env_id": env_id,
         "raw_steps_per_s": round(best["raw"]),
         "parallel_raw_steps_per_s": round(best["parallel_raw"]),
         "batch_steps_per_s": round(best["random"]),
-        "policy_steps_per_s": round(best["policy"]),
+        "lockstep_steps_per_s": round(best["lockstep"]),
+        "sampler_steps_per_s": round(best["sampler"]),
         "processes": processes,
         "random_ratio": round(best["random"] / (best["raw"] * cores), 3),
-        "ratio": round(best["policy"] / (best["raw"] * cores), 3),
-        "efficiency": round(best["policy"] / best["parallel_raw"], 3),
+        "lockstep_ratio": round(best["lockstep"] / (best["raw"] * cores), 3),
+        "ratio": round(best["sampler"] / (best["raw"] * cores), 3),
+        "efficiency": round(best["sampler"] / best["parallel_raw"], 3),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env-ids", nargs="+", default=list(ENV_IDS))
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), help="presets whose env and networks to use")
     parser.add_argument("--envs", type=int, default=16, help="environments in the batch")
     parser.add_argument("--envs-per-process", type=int, default=None, help="default: BatchEnv's (one process per CPU)")
     parser.add_argument(
@@ -151,7 +170,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="rounds; the best one counts")
     args = parser.parse_args()
     cores = usable_cpus()
-    results = {env_id: measure(env_id, args, cores) for env_id in args.env_ids}
+    results = {preset: measure(preset, args, cores) for preset in args.presets}
     print(json.dumps({"cores": cores, "envs": args.envs, "results": results}))
 
 

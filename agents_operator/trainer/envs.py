@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import itertools
 import math
 import mmap
@@ -75,6 +76,17 @@ class StepResult:
     """Undiscounted returns (raw rewards) of the episodes that ended in this step, in environment order."""
     episode_lengths: list[int]
     """Lengths of those episodes."""
+
+    @classmethod
+    def concatenate(cls, parts: list[StepResult]) -> StepResult:
+        """The step results of consecutive groups of environments as one."""
+        merged = {}
+        for item in dataclasses.fields(cls):
+            values = [getattr(part, item.name) for part in parts]
+            merged[item.name] = (
+                list(itertools.chain(*values)) if isinstance(values[0], list) else np.concatenate(values)
+            )
+        return cls(**merged)
 
 
 def make_env(env_id: str, max_episode_steps: int | None = None, render_mode: str | None = None) -> gym.Env:
@@ -173,23 +185,50 @@ class BatchEnv:
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Step every environment with its row of `actions`, clipped to the action bounds."""
-        if not self._was_reset:
-            raise RuntimeError(f"{self.env_id} BatchEnv: call reset() before step()")
         actions = np.asarray(actions)
-        expected = (self.num_envs, *self.action_shape)
-        if actions.shape != expected:
-            raise ValueError(f"actions must have shape {expected}, got {actions.shape}")
-        np.clip(actions, self.action_low, self.action_high, out=self._shared.actions)
-        episodes = self._round_trip(lambda worker: ("step", ()))
-        shared = self._shared
+        self._check_actions(actions, self.num_envs)
+        for group, envs in enumerate(self.groups):
+            self.send_step(group, actions[envs.start : envs.stop])
+        return StepResult.concatenate([self.receive_step(group) for group in range(self.num_processes)])
+
+    @property
+    def groups(self) -> list[range]:
+        """The environments of each worker process, in batch order: the groups that `send_step` and
+        `receive_step` step independently of one another."""
+        return [worker.envs for worker in self._workers]
+
+    def send_step(self, group: int, actions: np.ndarray) -> None:
+        """Start stepping the environments of `groups[group]` with `actions` (one row each, clipped to the
+        action bounds) and return at once; `receive_step(group)` waits for the result. Other groups can be
+        sent, received or still stepping meanwhile: a sampler acts for one group while others simulate."""
+        worker = self._workers[group]
+        self._check_actions(actions, len(worker.envs))
+        if worker.stepping:
+            raise RuntimeError(f"{self.env_id} BatchEnv: group {group} is already stepping; receive_step it first")
+        with self._failing():
+            rows = self._shared.rows(worker.envs.start, worker.envs.stop)
+            np.clip(actions, self.action_low, self.action_high, out=rows.actions)
+            worker.send(("step", ()))
+            worker.stepping = True
+
+    def receive_step(self, group: int) -> StepResult:
+        """Wait for the step `send_step(group, ...)` started; the result has the rows of `groups[group]`."""
+        worker = self._workers[group]
+        self._check_usable()
+        if not worker.stepping:
+            raise RuntimeError(f"{self.env_id} BatchEnv: group {group} is not stepping; send_step it first")
+        with self._failing():
+            returns, lengths = worker.receive()
+            worker.stepping = False
+        rows = self._shared.rows(worker.envs.start, worker.envs.stop)
         return StepResult(
-            observations=shared.observations.copy(),
-            rewards=shared.rewards.copy(),
-            terminated=shared.terminated.copy(),
-            truncated=shared.truncated.copy(),
-            final_observations=shared.final_observations.copy(),
-            episode_returns=[value for returns, _ in episodes for value in returns],
-            episode_lengths=[value for _, lengths in episodes for value in lengths],
+            observations=rows.observations.copy(),
+            rewards=rows.rewards.copy(),
+            terminated=rows.terminated.copy(),
+            truncated=rows.truncated.copy(),
+            final_observations=rows.final_observations.copy(),
+            episode_returns=returns,
+            episode_lengths=lengths,
         )
 
     def close(self) -> None:
@@ -206,21 +245,41 @@ class BatchEnv:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _round_trip(self, message: Callable[[_WorkerHandle], tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Send `message(worker)` to every worker, then collect their results in worker order.
-
-        Workers run concurrently between the two loops. Whatever interrupts the exchange leaves replies
-        in flight, so it makes the batch unusable.
-        """
+    def _check_usable(self) -> None:
         if self._failure is not None:
             raise RuntimeError(f"{self.env_id} BatchEnv is unusable: {self._failure}")
+
+    def _check_actions(self, actions: np.ndarray, rows: int) -> None:
+        self._check_usable()
+        if not self._was_reset:
+            raise RuntimeError(f"{self.env_id} BatchEnv: call reset() before step()")
+        expected = (rows, *self.action_shape)
+        if np.shape(actions) != expected:
+            raise ValueError(f"actions must have shape {expected}, got {np.shape(actions)}")
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """Refuse to talk to the workers once the batch is unusable; make it unusable when an exchange fails
+        (whatever interrupts one leaves replies in flight)."""
+        self._check_usable()
         try:
-            for worker in self._workers:
-                worker.send(message(worker))
-            return [worker.receive() for worker in self._workers]
+            yield
         except BaseException as error:
             self._failure = f"an earlier call failed with {type(error).__name__}"
             raise
+
+    def _round_trip(self, message: Callable[[_WorkerHandle], tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Send `message(worker)` to every worker, then collect their results in worker order.
+
+        Workers run concurrently between the two loops. A step in flight is received first.
+        """
+        for group, worker in enumerate(self._workers):
+            if worker.stepping:
+                self.receive_step(group)
+        with self._failing():
+            for worker in self._workers:
+                worker.send(message(worker))
+            return [worker.receive() for worker in self._workers]
 
 
 @dataclass(frozen=True)
@@ -278,6 +337,7 @@ class _WorkerHandle:
     envs: range
     process: subprocess.Popen[bytes]
     connection: Connection
+    stepping: bool = False  # a step was sent and its reply not yet received
 
     @classmethod
     def start(cls, env_id: str, envs: range, buffer_fd: int, environment: dict[str, str]) -> _WorkerHandle:

@@ -55,54 +55,32 @@ class RunResult:
 
 
 class Sampler:
-    """Steps the environments with a `NumpyPolicy` and turns the rollout into a PPO `Batch`."""
+    """Steps the environments with a `NumpyPolicy` and turns the rollout into a PPO `Batch`.
+
+    The loop is `collector.run`: each group of environments (a worker process, an env server) goes
+    through the rollout at its own pace, the policy acting for one while the others simulate.
+    """
 
     def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
         self.env = env
         self.config = config
         self.rng = rng
-        self.observations = env.reset()
+        self.raw_observations = env.reset()
+        self.observations = env.observations.normalize(self.raw_observations)
 
     def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
         """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
-        steps, n = self.config.rollout_steps, self.env.env.num_envs
-        obs_dim = self.observations.shape[1]
-        act_dim = policy.log_std.shape[0]
-        observations = np.empty((steps, n, obs_dim), np.float32)
-        actions = np.empty((steps, n, act_dim), np.float32)
-        means = np.empty((steps, n, act_dim), np.float32)
-        log_probs, values, rewards = (np.empty((steps, n), np.float32) for _ in range(3))
-        final_values = np.zeros((steps, n), np.float32)
-        terminated, truncated = (np.empty((steps, n), bool) for _ in range(2))
-        episode_returns: list[float] = []
-        episode_lengths: list[int] = []
-        for t in range(steps):
-            observations[t] = self.observations
-            actions[t], log_probs[t], means[t] = policy.sample(self.observations, self.rng)
-            values[t] = policy.value_of(self.observations)
-            step = self.env.step(actions[t])
-            rewards[t], terminated[t], truncated[t] = step.rewards, step.terminated, step.truncated
-            if step.truncated.any():
-                # A time limit is not a terminal state: bootstrap from the value of the last observation.
-                final_values[t, step.truncated] = policy.value_of(step.final_observations[step.truncated])
-            episode_returns += step.episode_returns
-            episode_lengths += step.episode_lengths
-            self.observations = step.observations
-        batch = rollout_batch(
-            self.config,
-            policy,
-            observations,
-            actions,
-            log_probs,
-            means,
-            values,
-            self.env.rewards.scale(rewards),
-            terminated,
-            truncated,
-            final_values,
-            policy.value_of(self.observations),
-        )
-        return batch, episode_returns, episode_lengths
+        from agents_operator.trainer.envserver import collector
+
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        noise = self.rng.standard_normal(shape, dtype=np.float32)
+        normalizer = self.env.observations
+        rollout = collector.run(self.env.env, self.raw_observations, policy, normalizer, noise, self.observations)
+        result = collector.to_batch(rollout, self.env, policy, self.config, self.observations)
+        # The next rollout starts from these, normalised with this rollout's statistics.
+        self.raw_observations = rollout.observations[-1]
+        self.observations = normalizer.normalize(self.raw_observations)
+        return result
 
 
 def rollout_batch(

@@ -15,7 +15,6 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,50 +26,24 @@ if TYPE_CHECKING:
     import gymnasium
 
     from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.envserver.client import RemoteBatchEnv
     from agents_operator.trainer.ppo.networks import NumpyPolicy
 
 
-@dataclass
-class Transition:
-    """One step of all environments, as the learner sees it."""
-
-    observations: np.ndarray  # normalised; the next episode's first where one ended
-    rewards: np.ndarray  # raw: `rewards.scale` scales a rollout's once it is complete
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_observations: np.ndarray  # normalised; the ended episode's last where terminated | truncated
-    episode_returns: list[float]  # raw, of the episodes that ended in this step
-    episode_lengths: list[int]
-
-
 class TrainingEnv:
-    """A `BatchEnv` (which clips actions) with normalised observations and scaled rewards."""
+    """A `BatchEnv` or `RemoteBatchEnv` (both clip actions) with the statistics that normalise its
+    observations and scale its rewards; `collector.to_batch` feeds them a rollout at a time."""
 
-    def __init__(self, env: BatchEnv, config: TrainerConfig):
+    def __init__(self, env: BatchEnv | RemoteBatchEnv, config: TrainerConfig):
         self.env = env
         self.observations = Normalizer(env.observation_shape, config.clip_observations, config.normalize_observations)
         self.rewards = RewardScaler(env.num_envs, config.discount, config.clip_rewards, config.normalize_rewards)
 
     def reset(self) -> np.ndarray:
+        """Reset every environment and count the first observations in the statistics; returns them raw."""
         observations = self.env.reset()
         self.observations.observe(observations)
-        return self.observations.normalize(observations)
-
-    def step(self, actions: np.ndarray) -> Transition:
-        result = self.env.step(actions)
-        self.observations.observe(result.observations)
-        observations = self.observations.normalize(result.observations)
-        done = result.terminated | result.truncated
-        self.rewards.track(result.rewards, done)
-        return Transition(
-            observations=observations,
-            rewards=result.rewards,
-            terminated=result.terminated,
-            truncated=result.truncated,
-            final_observations=self.observations.normalize(result.final_observations) if done.any() else observations,
-            episode_returns=result.episode_returns,
-            episode_lengths=result.episode_lengths,
-        )
+        return observations
 
 
 def run_episodes(

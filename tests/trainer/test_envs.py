@@ -161,6 +161,41 @@ def test_autoreset_matches_a_plain_gymnasium_loop() -> None:
     assert all(result.truncated.all() for result in ended)
 
 
+def test_groups_step_on_their_own_and_step_is_all_of_them() -> None:
+    with BatchEnv(ECHO, num_envs=5, envs_per_process=2) as env:
+        assert env.groups == [range(0, 2), range(2, 3), range(3, 5)]
+        pids = env.reset()[:, PID]
+        env.send_step(2, [[0.1, 0.2], [0.3, 0.4]])
+        for value in (0.1, 0.2, 0.3):  # group 0 goes three steps while group 2's is in flight
+            env.send_step(0, np.full((2, 2), value))
+            result = env.receive_step(0)
+            np.testing.assert_allclose(result.observations[:, :2], value)
+            np.testing.assert_array_equal(result.observations[:, PID], pids[:2])
+        result = env.receive_step(2)
+        np.testing.assert_allclose(result.observations[:, :2], [[0.1, 0.2], [0.3, 0.4]])
+        np.testing.assert_array_equal(result.observations[:, PID], pids[3:])
+        assert result.rewards.shape == result.terminated.shape == (2,) and result.episode_returns == []
+        whole = env.step(np.full((5, 2), 0.4))
+        np.testing.assert_allclose(whole.observations[:, :2], 0.4)
+        np.testing.assert_array_equal(whole.observations[:, PID], pids)
+
+
+def test_a_group_misused_is_refused_and_the_batch_stays_usable() -> None:
+    with BatchEnv(ECHO, num_envs=2, envs_per_process=1) as env:
+        with pytest.raises(RuntimeError, match="reset"):
+            env.send_step(0, np.zeros((1, 2)))
+        env.reset()
+        with pytest.raises(RuntimeError, match="group 1 is not stepping; send_step it first"):
+            env.receive_step(1)
+        with pytest.raises(ValueError, match=r"actions must have shape \(1, 2\), got \(2, 2\)"):
+            env.send_step(1, np.zeros((2, 2)))
+        env.send_step(1, np.zeros((1, 2)))
+        with pytest.raises(RuntimeError, match="group 1 is already stepping; receive_step it first"):
+            env.send_step(1, np.zeros((1, 2)))
+        assert env.reset().shape == (2, 5)  # takes the step in flight first
+        np.testing.assert_allclose(env.step(np.full((2, 2), 0.25)).observations[:, :2], 0.25)
+
+
 def test_actions_are_clipped_and_workers_are_lean() -> None:
     with BatchEnv(ECHO, num_envs=2, envs_per_process=1) as env:
         assert env.reset().dtype == np.float32

@@ -114,6 +114,35 @@ def test_steps_match_a_local_batch_env_exactly() -> None:
         assert health(b"", timeout=5) == protocol.HEALTH_SERVING
 
 
+def test_servers_are_groups_stepped_on_their_own_like_local_processes() -> None:
+    """Each server is a group (`send_step`, `receive_step`), like each process of a BatchEnv."""
+    actions = random_actions(6, 3)
+    with (
+        serving("Pendulum-v1", 2, seed=5) as first,
+        serving("Pendulum-v1", 1, seed=7) as second,
+        RemoteBatchEnv([first, second], **FAST) as remote,
+        BatchEnv("Pendulum-v1", 3, envs_per_process=2, seed=5) as local,
+    ):
+        assert remote.groups == local.groups == [range(0, 2), range(2, 3)]
+        np.testing.assert_array_equal(remote.reset(), local.reset())
+        for env in (remote, local):
+            with pytest.raises(RuntimeError, match="group 0 is not stepping; send_step it first"):
+                env.receive_step(0)
+        got, want = [], []
+        for env, results in ((remote, got), (local, want)):
+            env.send_step(1, actions[0, 2:])
+            for t in range(3):  # the first server goes three steps while the second is in flight
+                env.send_step(0, actions[t, :2])
+                results.append(env.receive_step(0))
+            with pytest.raises(RuntimeError, match="group 1 is already stepping; receive_step it first"):
+                env.send_step(1, actions[1, 2:])
+            results.append(env.receive_step(1))
+            results.append(env.step(actions[3]))
+        for mine, theirs in zip(got, want, strict=True):
+            for name, value in vars(theirs).items():
+                np.testing.assert_array_equal(getattr(mine, name), value, err_msg=name)
+
+
 def test_an_environment_error_surfaces_with_its_traceback() -> None:
     with serving(RAISING, 2) as address:
         with RemoteBatchEnv([address], **FAST) as env:
@@ -300,6 +329,24 @@ def test_rollout_mode_builds_the_batch_the_local_sampler_builds() -> None:
     np.testing.assert_array_equal(remote.rewards.statistics.pending.sumsq, local.rewards.statistics.pending.sumsq)
     np.testing.assert_array_equal(remote.rewards.returns, local.rewards.returns)
     assert got_rng.bit_generator.state == want_rng.bit_generator.state
+
+
+def test_the_local_sampler_groups_its_processes_with_no_change_but_rounding() -> None:
+    """One process of 3 environments or two (2 + 1) stepped on their own: the same rollouts, except for how
+    the policy's matrix products round on 3 rows or on 2 and 1."""
+    from agents_operator.trainer.loop import Sampler
+
+    samples = []
+    for envs_per_process in (3, 2):
+        with BatchEnv("Pendulum-v1", 3, envs_per_process=envs_per_process, seed=11, max_episode_steps=20) as env:
+            samples.append(sample(TrainingEnv(env, ROLLOUT_CONFIG), Sampler))
+    (whole, whole_rng), (grouped, grouped_rng) = samples
+    for (batch, returns, lengths), (want_batch, want_returns, want_lengths) in zip(grouped, whole, strict=True):
+        for name, value in vars(want_batch).items():
+            np.testing.assert_allclose(getattr(batch, name), value, rtol=1e-4, atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(returns, want_returns, rtol=1e-4)
+        assert lengths == want_lengths == [20] * len(lengths)
+    assert grouped_rng.bit_generator.state == whole_rng.bit_generator.state
 
 
 def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:

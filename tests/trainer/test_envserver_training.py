@@ -3,6 +3,7 @@ evaluations and video, the evaluator and `visualize --env-server`, all without a
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +24,29 @@ from .test_envserver import ServerProcess, serving
 
 # --- learning -------------------------------------------------------------------------------------------
 
-# The pendulum preset learns within 40k steps: from about -1250 to -300 (training), -130 (evaluation).
+# The pendulum preset learns within 40k steps: from about -1250 to -300 (training), -130 (evaluation). Its 8
+# environments run in two groups of 4, locally (two processes) as on two env servers.
 LEARNING = presets.resolve(
-    "pendulum", {"total_steps": 40_960, "eval_every": 10, "eval_episodes": 2, "video_episodes": 0, "metrics_port": 0}
+    "pendulum",
+    {
+        "total_steps": 40_960,
+        "eval_every": 10,
+        "eval_episodes": 2,
+        "video_episodes": 0,
+        "metrics_port": 0,
+        "envs_per_process": 4,
+    },
 )
+
+
+@contextlib.contextmanager
+def two_servers() -> Iterator[tuple[str, str]]:
+    """Two env servers of 4 environments, seeded as the colocated batch's two processes."""
+    with (
+        serving("Pendulum-v1", 4, seed=LEARNING.seed) as first,
+        serving("Pendulum-v1", 4, seed=LEARNING.seed + 4) as second,
+    ):
+        yield first, second
 
 
 def train(tmp_path: Path, env_servers: EnvServers | None = None) -> loop.RunResult:
@@ -48,9 +68,10 @@ def assert_learned(result: loop.RunResult) -> None:
 
 
 def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
-    """One server seeded as the colocated batch: the same batches, so the same run, evaluations included."""
-    with serving("Pendulum-v1", LEARNING.envs_per_worker, seed=LEARNING.seed) as address:
-        result = train(tmp_path, EnvServers((address,), "step"))
+    """Servers seeded and grouped as the colocated batch: the same batches, so the same run, evaluations
+    included."""
+    with two_servers() as addresses:
+        result = train(tmp_path, EnvServers(addresses, "step"))
     assert_learned(colocated)
     assert result.train_returns == colocated.train_returns
     assert result.evaluations == colocated.evaluations
@@ -59,8 +80,8 @@ def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.R
 def test_rollout_mode_learns_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
     """Rollout mode normalises a rollout's first observations with that rollout's statistics (see
     collector): the same first rollout, then a run of its own that learns as well."""
-    with serving("Pendulum-v1", LEARNING.envs_per_worker, seed=LEARNING.seed) as address:
-        result = train(tmp_path, EnvServers((address,), "rollout"))
+    with two_servers() as addresses:
+        result = train(tmp_path, EnvServers(addresses, "rollout"))
     assert_learned(result)
     assert result.train_returns[0] == colocated.train_returns[0]
     assert result.train_returns != colocated.train_returns

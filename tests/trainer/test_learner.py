@@ -20,7 +20,7 @@ def _batch(learner_state, size=32, seed=0):
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(size, OBS)).astype(np.float32)
     policy = learner_state.policy
-    actions, log_probs, means = policy.sample(obs, rng)
+    actions, log_probs, means = policy.act(obs, rng.standard_normal((size, ACT), dtype=np.float32))
     values = policy.value_of(obs).astype(np.float32)
     advantages = rng.normal(size=size).astype(np.float32)
     return Batch(obs, actions, log_probs, means, policy.log_std, values, advantages, values + advantages)

@@ -31,9 +31,7 @@ retried. After either, as after any failure of a `BatchEnv`, the batch is unusab
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -81,6 +79,7 @@ class _Server:
     session: str | None = None
     observations: np.ndarray | None = None  # the last raw observations received
     failures: int = 0  # calls failed in a row
+    stepping: Callable[[], dict[str, Any]] | None = None  # the reply of a step sent and not yet received
     _calls: dict[str, grpc.UnaryUnaryMultiCallable] = field(default_factory=dict)
 
     @classmethod
@@ -177,6 +176,8 @@ class RemoteBatchEnv:
     def reset(self) -> np.ndarray:
         """Reset every environment; returns the first observations, (num_envs, *obs_shape) float32."""
         with self._guard():
+            for server in self._servers:
+                server.stepping = None  # a step in flight is superseded: the reset starts new sessions
             replies = self._exchange("Reset", lambda server: {}, self.timeout)
             for server, reply in zip(self._servers, replies, strict=True):
                 try:
@@ -189,26 +190,70 @@ class RemoteBatchEnv:
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Step every environment with its row of `actions` (each server clips them to the action bounds)."""
-        if not self._was_reset:
-            raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before step()")
         actions = np.asarray(actions)
-        expected = (self.num_envs, *self.action_shape)
-        if actions.shape != expected:
-            raise ValueError(f"actions must have shape {expected}, got {actions.shape}")
+        self._check_actions(actions, self.num_envs)
         with self._guard():
             replies = self._exchange(
                 "Step", lambda server: {"actions": actions[server.rows], "session": server.session}, self.timeout
             )
-            parts = []
-            for server, reply in zip(self._servers, replies, strict=True):
-                try:
-                    part = StepResult(**reply())
-                    server.failures = 0
-                except _Fault as fault:
-                    part = self._restart(server, fault)
-                server.observations = part.observations
-                parts.append(part)
-            return _concatenate(parts)
+            return StepResult.concatenate(
+                [self._step_result(server, reply) for server, reply in zip(self._servers, replies, strict=True)]
+            )
+
+    @property
+    def groups(self) -> list[range]:
+        """The environments of each server, in batch order: the groups that `send_step` and `receive_step`
+        step independently of one another."""
+        return [server.envs for server in self._servers]
+
+    def send_step(self, group: int, actions: np.ndarray) -> None:
+        """Start stepping the environments of `groups[group]` with `actions` and return at once;
+        `receive_step(group)` waits for the result (`BatchEnv.send_step`)."""
+        server = self._servers[group]
+        self._check_actions(actions, len(server.envs))
+        if server.stepping is not None:
+            raise RuntimeError(
+                f"{self.env_id} RemoteBatchEnv: group {group} is already stepping; receive_step it first"
+            )
+        with self._guard():
+            message = {"actions": np.asarray(actions), "session": server.session}
+            if len(self._servers) == 1:
+                # Nothing to overlap with: a blocking call when the reply is wanted costs less than a future.
+                server.stepping = functools.partial(server.call, "Step", message, self.timeout)
+            else:
+                server.stepping = server.send("Step", message, self.timeout)
+
+    def receive_step(self, group: int) -> StepResult:
+        """Wait for the step `send_step(group, ...)` started; the result has the rows of `groups[group]`."""
+        server = self._servers[group]
+        self._check_usable()
+        if server.stepping is None:
+            raise RuntimeError(f"{self.env_id} RemoteBatchEnv: group {group} is not stepping; send_step it first")
+        reply, server.stepping = server.stepping, None
+        with self._guard():
+            return self._step_result(server, reply)
+
+    def _step_result(self, server: _Server, reply: Callable[[], dict[str, Any]]) -> StepResult:
+        """The step of `server` from its `reply`; a server that failed it is reset (see `_restart`)."""
+        try:
+            part = StepResult(**reply())
+            server.failures = 0
+        except _Fault as fault:
+            part = self._restart(server, fault)
+        server.observations = part.observations
+        return part
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError(f"{self.env_id} RemoteBatchEnv is unusable: {self._failure}")
+
+    def _check_actions(self, actions: np.ndarray, rows: int) -> None:
+        self._check_usable()
+        if not self._was_reset:
+            raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before step()")
+        expected = (rows, *self.action_shape)
+        if np.shape(actions) != expected:
+            raise ValueError(f"actions must have shape {expected}, got {np.shape(actions)}")
 
     def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> collector.Rollout:
         """Rollout mode: each server acts with `policy` for `len(noise)` steps of its environments, normalising
@@ -282,8 +327,7 @@ class RemoteBatchEnv:
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
         """Refuse calls once the batch is unusable; make it unusable when a call fails."""
-        if self._failure is not None:
-            raise RuntimeError(f"{self.env_id} RemoteBatchEnv is unusable: {self._failure}")
+        self._check_usable()
         try:
             yield
         except BaseException as error:
@@ -396,12 +440,3 @@ def _check_specs(addresses: list[str], specs: list[dict[str, Any]]) -> None:
                 f"env servers of one batch must serve the same environment: {addresses[0]} serves "
                 f"{specs[0]['env_id']} {key(specs[0])[1:]}, {address} serves {spec['env_id']} {key(spec)[1:]}"
             )
-
-
-def _concatenate(parts: list[StepResult]) -> StepResult:
-    """The step results of consecutive groups of environments as one."""
-    merged = {}
-    for item in dataclasses.fields(StepResult):
-        values = [getattr(part, item.name) for part in parts]
-        merged[item.name] = list(itertools.chain(*values)) if isinstance(values[0], list) else np.concatenate(values)
-    return StepResult(**merged)

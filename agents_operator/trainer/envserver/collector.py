@@ -1,16 +1,20 @@
-"""Rollout mode: the env server runs the policy next to its environments for a whole rollout.
+"""Rollouts: the sampling loop every sampler runs, and rollout mode, where an env server runs it.
 
-For slow or far-away sources (a robot, a simulator across a network), one round trip per environment step
-costs too much. Instead the trainer sends the policy's weights, its observation statistics and the
-rollout's Gaussian noise; the server acts for `rollout_steps` steps exactly as `loop.Sampler` would and
-returns the complete trajectories (`Rollout`). `RolloutSampler` then builds the same PPO `Batch` that
-`loop.Sampler` builds from per-step calls.
+`run` steps a batch of environments for a rollout with a snapshot of the policy. The trainer's own
+sampler (`loop.Sampler`) runs it over its `BatchEnv` or, in step mode, over its env servers
+(`RemoteBatchEnv`, one round trip per step); `to_batch` turns the `Rollout` into the PPO `Batch`.
 
-The trainer draws the noise from its own random generator, in the order `loop.Sampler` draws it, so a
-rollout does not depend on where it was collected: same seeds and weights, same batch (tested bit for bit
-against the local sampler). One difference is deliberate: `loop.Sampler` acts on the first observation of
-a rollout as it was normalised at the end of the previous one; here every observation of a rollout is
-normalised with the statistics of that rollout. Both are equal while the statistics do not change.
+Rollout mode is for slow or far-away sources (a robot, a simulator across a network), where one round
+trip per environment step costs too much. The trainer sends the policy's weights, its observation
+statistics and the rollout's Gaussian noise; the server runs the same `run` for `rollout_steps` steps and
+returns the complete trajectories, and `RolloutSampler` builds the batch from them.
+
+The trainer draws the noise from its own random generator, a whole rollout at once, so a rollout does not
+depend on where it was collected: same seeds, weights and grouping of the environments, same batch
+(tested bit for bit against the local sampler). One difference is deliberate: `loop.Sampler` acts on the
+first observation of a rollout as it was normalised at the end of the previous one; rollout mode
+normalises every observation of a rollout with the statistics of that rollout. Both are equal while the
+statistics do not change.
 
 The server side (`run`) imports no TensorFlow; `to_batch` needs the trainer's `loop.rollout_batch` and imports it late.
 """
@@ -28,6 +32,7 @@ from agents_operator.trainer.ppo.networks import NumpyPolicy
 if TYPE_CHECKING:
     from agents_operator.config import TrainerConfig
     from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.envserver.client import RemoteBatchEnv
     from agents_operator.trainer.learner import Batch
     from agents_operator.trainer.wrappers import TrainingEnv
 
@@ -129,26 +134,24 @@ def parse_request(message: dict[str, Any], observation_shape: tuple[int, ...]) -
 # --- the server side ----------------------------------------------------------------------------------
 
 
-class _Replay:
-    """Stands in for the `np.random.Generator` that `NumpyPolicy.sample` draws from and hands it the
-    trainer's noise, so that the server acts through the very code the trainer's sampler runs."""
-
-    def __init__(self, noise: np.ndarray):
-        self._noise = noise
-
-    def standard_normal(self, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-        if tuple(shape) != self._noise.shape:
-            raise ValueError(f"noise of shape {self._noise.shape} for actions of shape {tuple(shape)}")
-        return self._noise.astype(dtype, copy=False)
-
-
 def run(
-    env: BatchEnv, observations: np.ndarray, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray
+    env: BatchEnv | RemoteBatchEnv,
+    observations: np.ndarray,
+    policy: NumpyPolicy,
+    normalizer: Normalizer,
+    noise: np.ndarray,
+    first_acting: np.ndarray | None = None,
 ) -> Rollout:
-    """`len(noise)` steps of `env` from its current raw `observations`, acting with `policy`.
+    """`len(noise)` steps of `env` from its current raw `observations`, acting with `policy`: per step,
+    normalise, act with that step's noise, value, step; the value of a truncated episode's final observation
+    for bootstrapping. `first_acting` is what the first step acts on, if not `observations` normalised now.
 
-    Mirrors `loop.Sampler.collect` step for step: normalise, sample with the given noise, value, step; the
-    value of a truncated episode's final observation for bootstrapping.
+    Each group of environments (`env.groups`: a worker process, an env server) runs through the rollout on
+    its own: as soon as a group's step returns, the policy acts for it and sends it on while the other
+    groups are still simulating, so that neither the policy nor the slowest group keeps the others waiting.
+    A group's actions depend only on its own observations and its rows of `noise`, so the rollout is the
+    same whatever the timing; the numbers depend on the grouping only through the rounding of the
+    policy's matrix products, which differs with the number of rows they are computed on.
     """
     steps, n = noise.shape[:2]
     act_dim = noise.shape[2]
@@ -162,22 +165,33 @@ def run(
     ended_envs: list[int] = []
     episode_returns: list[float] = []
     episode_lengths: list[int] = []
+    groups = [slice(envs.start, envs.stop) for envs in env.groups]
+
+    def act(t: int, group: int, acting: np.ndarray) -> None:
+        rows = groups[group]
+        actions[t, rows], log_probs[t, rows], means[t, rows] = policy.act(acting, noise[t, rows])
+        values[t, rows] = policy.value_of(acting)
+        env.send_step(group, actions[t, rows])
+
+    first = normalizer.normalize(observations) if first_acting is None else first_acting
+    for group, rows in enumerate(groups):
+        act(0, group, first[rows])
     for t in range(steps):
-        acting = normalizer.normalize(raw[t])
-        actions[t], log_probs[t], means[t] = policy.sample(acting, _Replay(noise[t]))
-        values[t] = policy.value_of(acting)
-        step = env.step(actions[t])
-        raw[t + 1], rewards[t] = step.observations, step.rewards
-        terminated[t], truncated[t] = step.terminated, step.truncated
-        if step.truncated.any():
-            final_values[t, step.truncated] = policy.value_of(
-                normalizer.normalize(step.final_observations[step.truncated])
-            )
-        ended = np.flatnonzero(step.terminated | step.truncated).tolist()
-        ended_steps += [t] * len(ended)
-        ended_envs += ended
-        episode_returns += step.episode_returns
-        episode_lengths += step.episode_lengths
+        for group, rows in enumerate(groups):
+            step = env.receive_step(group)
+            raw[t + 1, rows], rewards[t, rows] = step.observations, step.rewards
+            terminated[t, rows], truncated[t, rows] = step.terminated, step.truncated
+            if step.truncated.any():
+                final_values[t, rows][step.truncated] = policy.value_of(
+                    normalizer.normalize(step.final_observations[step.truncated])
+                )
+            ended = (np.flatnonzero(step.terminated | step.truncated) + rows.start).tolist()
+            ended_steps += [t] * len(ended)
+            ended_envs += ended
+            episode_returns += step.episode_returns
+            episode_lengths += step.episode_lengths
+            if t + 1 < steps:
+                act(t + 1, group, normalizer.normalize(step.observations))
     return Rollout(
         observations=raw,
         actions=actions,
@@ -201,11 +215,15 @@ def run(
 
 
 def to_batch(
-    rollout: Rollout, env: TrainingEnv, policy: NumpyPolicy, config: TrainerConfig
+    rollout: Rollout,
+    env: TrainingEnv,
+    policy: NumpyPolicy,
+    config: TrainerConfig,
+    first_acting: np.ndarray | None = None,
 ) -> tuple[Batch, list[float], list[int]]:
-    """The PPO batch, episode returns and lengths that `loop.Sampler.collect` returns for the same steps.
+    """The PPO batch, episode returns and lengths of a rollout; `first_acting` as given to `run`.
 
-    Feeds `env`'s observation normaliser and reward scaler as `TrainingEnv.step` would have, step by step.
+    Feeds `env`'s observation normaliser and reward scaler with the rollout, step by step in time order.
     """
     from agents_operator.trainer.loop import rollout_batch  # imports TensorFlow, which the server never needs
 
@@ -217,10 +235,13 @@ def to_batch(
     for t in range(steps):
         env.observations.observe(rollout.observations[t + 1])
         env.rewards.track(rollout.rewards[t], rollout.terminated[t] | rollout.truncated[t])
+    acting = env.observations.normalize(rollout.observations[:steps])
+    if first_acting is not None:
+        acting[0] = first_acting
     batch = rollout_batch(
         config,
         policy,
-        env.observations.normalize(rollout.observations[:steps]),
+        acting,
         rollout.actions,
         rollout.log_probs,
         rollout.means,

@@ -122,10 +122,11 @@ class NumpyPolicy:
     def value_of(self, obs: np.ndarray) -> np.ndarray:
         return mlp_np(obs, self.value, self.activation)[..., 0]
 
-    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Actions a ~ N(mean(obs), exp(log_std)^2), their log-probabilities and the Gaussian means."""
+    def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Actions a ~ N(mean(obs), exp(log_std)^2) drawn as mean(obs) + exp(log_std) * noise from standard
+        normal `noise`, their log-probabilities and the Gaussian means. Samplers draw a rollout's noise up
+        front, so that where and in which order its rows are acted on does not change the actions."""
         mean = self.mean(obs)
-        noise = rng.standard_normal(mean.shape, dtype=np.float32)
         actions = mean + np.exp(self.log_std) * noise
         return actions, gaussian_log_prob_np(noise, self.log_std), mean
 
