@@ -1,8 +1,8 @@
 """Where the environments live: colocated, an env server per step, an env server per rollout; one JSON line.
 
-For each environment it runs the trainer's own sampling phase (`loop.Sampler`, or `RolloutSampler` in
-rollout mode: numpy policy of the task's preset, normalisation, GAE) over the same batch of environments in
-three placements:
+For each environment it runs the trainer's own sampling phase (`loop.Sampler`, `StepSampler` per step or
+`RolloutSampler` in rollout mode: numpy policy of the task's preset, normalisation, GAE) over the same batch
+of environments in three placements:
 - colocated: a `BatchEnv` in the trainer's process tree, as today;
 - per_step: `agents-operator env-server` in its own process on loopback (what a sidecar or a remote pod
   is, without the network), one gRPC round trip per batched step;
@@ -15,7 +15,8 @@ colocated.
 With `--train STEPS` it also trains each preset for STEPS environment steps in each placement (`loop.train`
 with the preset's own batch, `env_servers` pointing at one server seeded as the colocated batch), and
 reports under "training" the wall-clock env steps per second, its ratio to colocated, and the final
-evaluation return (the same seed everywhere: step mode should match colocated exactly).
+evaluation return (the same seed everywhere: step mode matches colocated but for rounding, exactly where the
+colocated batch runs in one process).
 
     .venv/bin/python benchmarks/placement.py --envs 8 --rollout-steps 256
     .venv/bin/python benchmarks/placement.py --presets pendulum --train 40000
@@ -46,8 +47,7 @@ from agents_operator import presets, tfconfig  # noqa: E402
 from agents_operator.config import TrainerConfig  # noqa: E402
 from agents_operator.trainer.envs import BatchEnv  # noqa: E402
 from agents_operator.trainer.envserver.client import RemoteBatchEnv  # noqa: E402
-from agents_operator.trainer.envserver.collector import RolloutSampler  # noqa: E402
-from agents_operator.trainer.loop import Sampler, train  # noqa: E402
+from agents_operator.trainer.loop import RolloutSampler, Sampler, StepSampler, train  # noqa: E402
 from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
 from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
 
@@ -108,7 +108,7 @@ def measure(preset: str, args: argparse.Namespace) -> dict[str, object]:
         rng = np.random.default_rng(0)
         samplers = {
             "colocated": Sampler(TrainingEnv(colocated, config), config, rng),
-            "per_step": Sampler(TrainingEnv(remote, config), config, rng),
+            "per_step": StepSampler(TrainingEnv(remote, config), config, rng),
             "rollout": RolloutSampler(TrainingEnv(remote, config), config, rng),
         }
         best = dict.fromkeys(samplers, float("inf"))

@@ -5,16 +5,18 @@ shared, so the best round is the least disturbed one):
 - raw_steps_per_s: one environment in this process, random actions, resets included;
 - parallel_raw_steps_per_s: `cores` such loops in separate processes at once, without any exchange: what
   perfect batching would reach on this machine as loaded as it is now;
-- batch_steps_per_s: BatchEnv over every usable CPU, random actions, all processes in lockstep;
-- sampler_steps_per_s: the trainer's sampling phase (`loop.Sampler.collect`: the preset's policy and value
-  networks in numpy, normalisation, GAE) on that BatchEnv, each process going through the rollout at its own
-  pace while the policy acts for another;
-- lockstep_steps_per_s: the same sampler with the batch stepped as one group, every step waiting for all
-  processes (the policy acts while every process waits): what the pipelining gains.
+- batch_steps_per_s: BatchEnv over every usable CPU, random actions, all processes in lockstep (`step`);
+- sampler_steps_per_s: the trainer's colocated sampling phase (`loop.Sampler.collect`: the preset's policy
+  and value networks in numpy, normalisation, GAE, rollouts of the preset's length) on that BatchEnv: each
+  worker process acts for its own environments;
+- pipelined_steps_per_s: the same rollouts with the policy acting in this process instead
+  (`loop.StepSampler`, as over env servers in step mode), for one process while the others simulate;
+- lockstep_steps_per_s: the same, with every step waiting for all processes (the policy acting while they
+  all wait), as a sampler without either would.
 ratio = sampler_steps_per_s / (raw_steps_per_s * cores) is the share of the machine's raw simulation speed
-that sampling for PPO keeps (goal: 0.85 or more); random_ratio and lockstep_ratio are the same for the
-other two. efficiency = sampler_steps_per_s / parallel_raw_steps_per_s is the same against what the cores
-delivered while measuring: it tells the cost of the batching from the noise of a shared machine.
+that sampling for PPO keeps (goal: 0.85 or more); random_ratio, pipelined_ratio and lockstep_ratio are the
+same for the others. efficiency = sampler_steps_per_s / parallel_raw_steps_per_s is the same against what
+the cores delivered while measuring: it tells the cost of the batching from the noise of a shared machine.
 
     .venv/bin/python benchmarks/sampling.py --envs 16 --seconds 5
 """
@@ -39,7 +41,7 @@ import numpy as np  # noqa: E402
 from agents_operator import presets  # noqa: E402
 from agents_operator.trainer.envs import BatchEnv, StepResult, make_env, usable_cpus  # noqa: E402
 from agents_operator.trainer.learner import Learner, vector_size  # noqa: E402
-from agents_operator.trainer.loop import Sampler  # noqa: E402
+from agents_operator.trainer.loop import Sampler, StepSampler  # noqa: E402
 from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
 from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
 
@@ -115,47 +117,50 @@ def batch_steps_per_s(env: BatchEnv, steps: int, seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
-def sampler_steps_per_s(sampler: Sampler, policy: NumpyPolicy, steps: int, seconds: float) -> float:
-    sampler.collect(policy)  # warm-up
+def sampler_steps_per_s(sampler: Sampler, policy: NumpyPolicy, seconds: float) -> float:
+    """Whole rollouts until `seconds` have passed."""
     done, started = 0, time.perf_counter()
-    while done < steps and time.perf_counter() - started < seconds:
+    while time.perf_counter() - started < seconds:
         batch, _, _ = sampler.collect(policy)
         done += len(batch)
     return done / (time.perf_counter() - started)
 
 
 def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, float | int | str]:
-    # Short rollouts, so that a measurement holds many of them; the networks are the preset's.
-    config = presets.resolve(preset, {"envs_per_worker": args.envs, "rollout_steps": 32})
+    overrides = {"envs_per_worker": args.envs}
+    if args.rollout_steps is not None:
+        overrides["rollout_steps"] = args.rollout_steps
+    config = presets.resolve(preset, overrides)
     env_id = config.env_id
-    best = {"raw": 0.0, "parallel_raw": 0.0, "random": 0.0, "sampler": 0.0, "lockstep": 0.0}
+    best = dict.fromkeys(("raw", "parallel_raw", "random", "sampler", "pipelined", "lockstep"), 0.0)
     with BatchEnv(env_id, args.envs, envs_per_process=args.envs_per_process) as env:
         learner = Learner(config, vector_size(env.observation_shape), vector_size(env.action_shape))
         policy = learner.initialize().policy
         learner.close()
         rng = np.random.default_rng(0)
+        samplers = {
+            "sampler": (Sampler, env),
+            "pipelined": (StepSampler, env),
+            "lockstep": (StepSampler, _Lockstep(env)),
+        }
         for _ in range(args.repeats):
             best["raw"] = max(best["raw"], raw_steps_per_s(env_id, args.steps, args.seconds))
             parallel = parallel_raw_steps_per_s(env_id, args.steps // cores, args.seconds, cores)
             best["parallel_raw"] = max(best["parallel_raw"], parallel)
             best["random"] = max(best["random"], batch_steps_per_s(env, args.steps, args.seconds))
-            for kind, grouped in (("sampler", env), ("lockstep", _Lockstep(env))):
-                sampler = Sampler(TrainingEnv(grouped, config), config, rng)  # resets the batch
-                best[kind] = max(best[kind], sampler_steps_per_s(sampler, policy, args.steps, args.seconds))
+            for kind, (sampler_type, grouped) in samplers.items():
+                sampler = sampler_type(TrainingEnv(grouped, config), config, rng)  # resets the batch
+                best[kind] = max(best[kind], sampler_steps_per_s(sampler, policy, args.seconds))
         processes = env.num_processes
-    return {
-        "env_id": env_id,
-        "raw_steps_per_s": round(best["raw"]),
-        "parallel_raw_steps_per_s": round(best["parallel_raw"]),
-        "batch_steps_per_s": round(best["random"]),
-        "lockstep_steps_per_s": round(best["lockstep"]),
-        "sampler_steps_per_s": round(best["sampler"]),
-        "processes": processes,
-        "random_ratio": round(best["random"] / (best["raw"] * cores), 3),
-        "lockstep_ratio": round(best["lockstep"] / (best["raw"] * cores), 3),
-        "ratio": round(best["sampler"] / (best["raw"] * cores), 3),
-        "efficiency": round(best["sampler"] / best["parallel_raw"], 3),
-    }
+    result: dict[str, float | int | str] = {"env_id": env_id, "rollout_steps": config.rollout_steps}
+    result |= {f"{kind}_steps_per_s": round(rate) for kind, rate in best.items()}
+    result["batch_steps_per_s"] = result.pop("random_steps_per_s")
+    result["processes"] = processes
+    for kind in ("random", "lockstep", "pipelined"):
+        result[f"{kind}_ratio"] = round(best[kind] / (best["raw"] * cores), 3)
+    result["ratio"] = round(best["sampler"] / (best["raw"] * cores), 3)
+    result["efficiency"] = round(best["sampler"] / best["parallel_raw"], 3)
+    return result
 
 
 def main() -> None:
@@ -166,7 +171,10 @@ def main() -> None:
     parser.add_argument(
         "--steps", type=int, default=100_000, help="most steps per measurement, all environments together"
     )
-    parser.add_argument("--seconds", type=float, default=3.0, help="most seconds per measurement")
+    parser.add_argument("--rollout-steps", type=int, default=None, help="default: the preset's")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="most seconds per raw measurement, least per sampler one"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="rounds; the best one counts")
     args = parser.parse_args()
     cores = usable_cpus()

@@ -4,7 +4,10 @@ The trainer steps `num_envs` environments at once. They live in worker processes
 pipe round trip costs 170-590 us, 20-50% of one locomotion step, so one message per process and step pays
 it once for many environments. Actions, observations, rewards and done flags travel through one shared
 memory buffer that every worker writes its slice of; the pipe carries only a small command and, when
-episodes end, their returns.
+episodes end, their returns. Each process's environments are a group that can be stepped on its own
+(`send_step`, `receive_step`); `collect` goes further for the trainer's sampling: each worker gets the
+policy's weights and its rows of a rollout's noise, and runs the whole rollout for its environments
+(`rollouts.run`) with no exchange per step, the policy's cost shared among the workers.
 
 Workers are fresh `python -c` interpreters rather than multiprocessing children: spawn and forkserver
 re-import the parent's `__main__` (the trainer, which imports TensorFlow) and fork would copy TensorFlow's
@@ -38,10 +41,15 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
+
+if TYPE_CHECKING:
+    from agents_operator.trainer.normalize import Normalizer
+    from agents_operator.trainer.ppo.networks import NumpyPolicy
+    from agents_operator.trainer.rollouts import Rollout
 
 # Every environment process runs one environment at a time: threaded BLAS would only oversubscribe cores.
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -220,16 +228,32 @@ class BatchEnv:
         with self._failing():
             returns, lengths = worker.receive()
             worker.stepping = False
-        rows = self._shared.rows(worker.envs.start, worker.envs.stop)
-        return StepResult(
-            observations=rows.observations.copy(),
-            rewards=rows.rewards.copy(),
-            terminated=rows.terminated.copy(),
-            truncated=rows.truncated.copy(),
-            final_observations=rows.final_observations.copy(),
-            episode_returns=returns,
-            episode_lengths=lengths,
-        )
+        return self._shared.rows(worker.envs.start, worker.envs.stop).result(returns, lengths)
+
+    def collect(
+        self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None = None
+    ) -> Rollout:
+        """`rollouts.run` over the whole batch, with the policy acting in the worker processes: each runs
+        the rollout for its own environments, with no exchange per step. Same `Rollout`, to the bit, as
+        `rollouts.run` over this batch in this process, without the `observations` argument: the workers
+        start from where their environments are."""
+        from agents_operator.trainer import rollouts
+
+        self._check_usable()
+        if not self._was_reset:
+            raise RuntimeError(f"{self.env_id} BatchEnv: call reset() before collect()")
+        if noise.ndim != 3 or noise.shape[1:] != (self.num_envs, *self.action_shape):
+            raise ValueError(
+                f"noise must have shape (steps, {self.num_envs}, {self.action_shape[0]}), got {noise.shape}"
+            )
+        request = rollouts.policy_message(policy, observations)
+
+        def message(worker: _WorkerHandle) -> tuple[str, tuple[Any, ...]]:
+            rows = slice(worker.envs.start, worker.envs.stop)
+            first = None if first_acting is None else first_acting[rows]
+            return "collect", ({**request, "noise": noise[:, rows], "first_acting": first},)
+
+        return rollouts.Rollout.concatenate(self._round_trip(message))
 
     def close(self) -> None:
         """Stop the workers: ask them to exit, kill those that have not after a short grace period."""
@@ -326,6 +350,18 @@ class _SharedArrays:
     def rows(self, start: int, stop: int) -> _SharedArrays:
         return _SharedArrays(
             **{name: array[start:stop] for name, array in vars(self).items()}  # views, not copies
+        )
+
+    def result(self, episode_returns: list[float], episode_lengths: list[int]) -> StepResult:
+        """The step these rows hold, copied out."""
+        return StepResult(
+            observations=self.observations.copy(),
+            rewards=self.rewards.copy(),
+            terminated=self.terminated.copy(),
+            truncated=self.truncated.copy(),
+            final_observations=self.final_observations.copy(),
+            episode_returns=episode_returns,
+            episode_lengths=episode_lengths,
         )
 
 
@@ -457,8 +493,33 @@ class _Worker:
             shared.observations[index] = observation
         return returns, lengths
 
+    def collect(self, message: dict[str, Any]) -> Rollout:
+        """A rollout of this process's environments from where they are, acting with the message's policy."""
+        from agents_operator.trainer import rollouts
+
+        policy, normalizer = rollouts.parse_request(message, self._shared.observations.shape[1:])
+        observations, first_acting = self._shared.observations.copy(), message["first_acting"]
+        return rollouts.run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
+
     def failure(self) -> tuple[int, str]:
         return self._first_index + self._current, traceback.format_exc()
+
+
+class _OwnEnvs:
+    """A worker's own environments as the one group that `rollouts.run` steps, in the worker itself."""
+
+    def __init__(self, worker: _Worker):
+        self._worker = worker
+        self.groups = [range(len(worker._envs))]
+        space = worker._envs[0].action_space
+        self._low, self._high = space.low, space.high
+
+    def send_step(self, group: int, actions: np.ndarray) -> None:
+        np.clip(actions, self._low, self._high, out=self._worker._shared.actions)
+        self._episodes = self._worker.step()
+
+    def receive_step(self, group: int) -> StepResult:
+        return self._worker._shared.result(*self._episodes)
 
 
 def _serve(channel_fd: int, buffer_fd: int) -> None:

@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import checkpoints, distributed, rundir
+from agents_operator.trainer import checkpoints, distributed, rollouts, rundir
 from agents_operator.trainer.learner import Batch, Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.ppo import returns
 from agents_operator.trainer.ppo.networks import NumpyPolicy
 from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.summaries import SummaryWriter
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
     from agents_operator.tfconfig import EnvServers
     from agents_operator.trainer.envs import BatchEnv
     from agents_operator.trainer.envserver.client import RemoteBatchEnv
-    from agents_operator.trainer.envserver.collector import RolloutSampler
+    from agents_operator.trainer.rollouts import Rollout
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training environments
 
@@ -55,10 +54,10 @@ class RunResult:
 
 
 class Sampler:
-    """Steps the environments with a `NumpyPolicy` and turns the rollout into a PPO `Batch`.
+    """Colocated sampling: turns rollouts of a `BatchEnv` into PPO batches, the policy acting in the worker
+    processes for their own environments (`BatchEnv.collect`), with no exchange per step.
 
-    The loop is `collector.run`: each group of environments (a worker process, an env server) goes
-    through the rollout at its own pace, the policy acting for one while the others simulate.
+    Every rollout acts on its first observations as they were normalised at the end of the previous one.
     """
 
     def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
@@ -70,53 +69,46 @@ class Sampler:
 
     def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
         """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
-        from agents_operator.trainer.envserver import collector
-
         shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
         noise = self.rng.standard_normal(shape, dtype=np.float32)
-        normalizer = self.env.observations
-        rollout = collector.run(self.env.env, self.raw_observations, policy, normalizer, noise, self.observations)
-        result = collector.to_batch(rollout, self.env, policy, self.config, self.observations)
-        # The next rollout starts from these, normalised with this rollout's statistics.
+        rollout = self._rollout(policy, noise)
+        result = rollouts.to_batch(rollout, self.env, policy, self.config, self.observations)
         self.raw_observations = rollout.observations[-1]
-        self.observations = normalizer.normalize(self.raw_observations)
+        self.observations = self.env.observations.normalize(self.raw_observations)
         return result
 
+    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
+        return self.env.env.collect(policy, self.env.observations, noise, self.observations)
 
-def rollout_batch(
-    config: TrainerConfig,
-    policy: NumpyPolicy,
-    observations: np.ndarray,
-    actions: np.ndarray,
-    log_probs: np.ndarray,
-    means: np.ndarray,
-    values: np.ndarray,
-    rewards: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    final_values: np.ndarray,
-    last_values: np.ndarray,
-) -> Batch:
-    """The PPO batch of one rollout (arrays shaped (steps, envs, ...), rewards already scaled): GAE with
-    bootstrapping from `final_values` at truncations and from `last_values` after the last step, flattened.
 
-    Both samplers end here: `Sampler` after stepping locally, `envserver.collector.to_batch` after a rollout
-    collected by env servers."""
-    steps, n = rewards.shape
-    next_values = returns.next_values(values, last_values, final_values, terminated | truncated)
-    advantages, value_targets = returns.gae(
-        rewards, values, next_values, terminated, truncated, config.discount, config.gae_lambda
-    )
-    return Batch(
-        observations=observations.reshape(steps * n, -1),
-        actions=actions.reshape(steps * n, -1),
-        log_probs=log_probs.reshape(-1),
-        means=means.reshape(steps * n, -1),
-        log_std=policy.log_std.astype(np.float32),
-        values=values.reshape(-1),
-        advantages=advantages.reshape(-1),
-        returns=value_targets.reshape(-1),
-    )
+class StepSampler(Sampler):
+    """`Sampler` over env servers in step mode: the policy acts here, one round trip per step and server
+    (`rollouts.run`, the servers pipelined). Same batches as `Sampler` over a `BatchEnv` grouped as the
+    servers are."""
+
+    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
+        return rollouts.run(
+            self.env.env, self.raw_observations, policy, self.env.observations, noise, self.observations
+        )
+
+
+class RolloutSampler:
+    """A drop-in for `Sampler` over env servers in rollout mode: the servers collect whole rollouts
+    (`RemoteBatchEnv.collect`), normalising a rollout's first observations with its own statistics (see
+    `rollouts`); the random generator is used exactly as `Sampler` uses it."""
+
+    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
+        self.env = env
+        self.config = config
+        self.rng = rng
+        env.reset()
+
+    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
+        """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        noise = self.rng.standard_normal(shape, dtype=np.float32)
+        rollout = self.env.env.collect(policy, self.env.observations, noise)
+        return rollouts.to_batch(rollout, self.env, policy, self.config)
 
 
 def train(
@@ -243,12 +235,12 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
 def _sampler(
     env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator, env_servers: EnvServers | None
 ) -> Sampler | RolloutSampler:
-    """Per-step sampling, or whole rollouts collected by the env servers in their rollout mode."""
-    if env_servers is not None and env_servers.mode == "rollout":
-        from agents_operator.trainer.envserver.collector import RolloutSampler
-
+    """Colocated sampling, env servers stepped per step, or whole rollouts collected by the env servers."""
+    if env_servers is None:
+        return Sampler(env, config, rng)
+    if env_servers.mode == "rollout":
         return RolloutSampler(env, config, rng)
-    return Sampler(env, config, rng)
+    return StepSampler(env, config, rng)
 
 
 def _ps_share(timings: dict[str, float]) -> float:

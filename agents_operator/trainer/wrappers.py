@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 class TrainingEnv:
     """A `BatchEnv` or `RemoteBatchEnv` (both clip actions) with the statistics that normalise its
-    observations and scale its rewards; `collector.to_batch` feeds them a rollout at a time."""
+    observations and scale its rewards; `rollouts.to_batch` feeds them a rollout at a time."""
 
     def __init__(self, env: BatchEnv | RemoteBatchEnv, config: TrainerConfig):
         self.env = env

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from agents_operator.trainer.envs import BatchEnv, EnvProcessError, make_env, usable_cpus
+from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.networks import NumpyPolicy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -228,6 +230,31 @@ def test_an_exception_in_step_surfaces_its_traceback() -> None:
         assert "in step" in message and "ZeroDivisionError: the test environment fails on purpose" in message
         with pytest.raises(RuntimeError, match="unusable"):
             env.step(np.zeros((3, 2)))
+
+
+def test_an_exception_during_a_rollout_surfaces_its_traceback() -> None:
+    """`collect` runs whole rollouts in the workers: a failing environment is reported as by `step`."""
+    policy = NumpyPolicy(
+        [(np.zeros((5, 2), np.float32), np.zeros(2, np.float32))],
+        np.zeros(2, np.float32),
+        [(np.zeros((5, 1), np.float32), np.zeros(1, np.float32))],
+        "tanh",
+    )
+    observations = Normalizer((5,), clip=10.0)
+    with BatchEnv(f"{__name__}:BatchEnvTestRaising-v0", num_envs=3, envs_per_process=2) as env:
+        with pytest.raises(RuntimeError, match="reset"):
+            env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+        env.reset()
+        with pytest.raises(ValueError, match=r"noise must have shape \(steps, 3, 2\), got \(2, 2, 2\)"):
+            env.collect(policy, observations, np.zeros((2, 2, 2), np.float32))
+        rollout = env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+        assert rollout.observations.shape == (3, 3, 5) and rollout.actions.shape == (2, 3, 2)
+        with pytest.raises(EnvProcessError) as failure:
+            env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+        message = str(failure.value)
+        assert "environment 0 raised" in message and "ZeroDivisionError: the test environment fails" in message
+        with pytest.raises(RuntimeError, match="unusable"):
+            env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
 
 
 def test_a_killed_worker_is_reported() -> None:

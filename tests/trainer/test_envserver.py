@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from agents_operator.config import TrainerConfig
+from agents_operator.trainer import rollouts
 from agents_operator.trainer.envs import BatchEnv
-from agents_operator.trainer.envserver import collector, protocol, server
+from agents_operator.trainer.envserver import protocol, server
 from agents_operator.trainer.envserver.client import EnvServerError, EnvServerUnavailable, RemoteBatchEnv
 from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo.networks import NumpyPolicy
@@ -311,7 +312,7 @@ def sample(env: TrainingEnv, sampler_type: type, rollouts: int = 2) -> tuple[lis
 
 
 def test_rollout_mode_builds_the_batch_the_local_sampler_builds() -> None:
-    from agents_operator.trainer.loop import Sampler
+    from agents_operator.trainer.loop import RolloutSampler, Sampler
 
     limit = {"max_episode_steps": 20}
     with BatchEnv("Pendulum-v1", 3, envs_per_process=3, seed=11, **limit) as batch_env:
@@ -319,7 +320,7 @@ def test_rollout_mode_builds_the_batch_the_local_sampler_builds() -> None:
         want, want_rng = sample(local, Sampler)
     with serving("Pendulum-v1", 3, seed=11, **limit) as address, RemoteBatchEnv([address], **FAST) as batch_env:
         remote = TrainingEnv(batch_env, ROLLOUT_CONFIG)
-        got, got_rng = sample(remote, collector.RolloutSampler)
+        got, got_rng = sample(remote, RolloutSampler)
     for (batch, returns, lengths), (want_batch, want_returns, want_lengths) in zip(got, want, strict=True):
         for name, value in vars(want_batch).items():
             np.testing.assert_array_equal(getattr(batch, name), value, err_msg=name)
@@ -331,16 +332,23 @@ def test_rollout_mode_builds_the_batch_the_local_sampler_builds() -> None:
     assert got_rng.bit_generator.state == want_rng.bit_generator.state
 
 
-def test_the_local_sampler_groups_its_processes_with_no_change_but_rounding() -> None:
-    """One process of 3 environments or two (2 + 1) stepped on their own: the same rollouts, except for how
-    the policy's matrix products round on 3 rows or on 2 and 1."""
-    from agents_operator.trainer.loop import Sampler
+def test_where_the_policy_acts_changes_nothing_and_grouping_only_rounding() -> None:
+    """The worker processes acting for their own environments (`Sampler`) or this process acting for each
+    process in turn (`StepSampler`): the same rollouts, bit for bit. One process of 3 environments or two
+    (2 + 1): the same rollouts but for how the policy's matrix products round on 3 rows or on 2 and 1."""
+    from agents_operator.trainer.loop import Sampler, StepSampler
 
-    samples = []
-    for envs_per_process in (3, 2):
+    samples = {}
+    for envs_per_process, sampler in ((3, Sampler), (2, Sampler), (2, StepSampler)):
         with BatchEnv("Pendulum-v1", 3, envs_per_process=envs_per_process, seed=11, max_episode_steps=20) as env:
-            samples.append(sample(TrainingEnv(env, ROLLOUT_CONFIG), Sampler))
-    (whole, whole_rng), (grouped, grouped_rng) = samples
+            samples[envs_per_process, sampler] = sample(TrainingEnv(env, ROLLOUT_CONFIG), sampler)
+    (grouped, grouped_rng), (here, here_rng) = samples[2, Sampler], samples[2, StepSampler]
+    for (batch, returns, lengths), (want_batch, want_returns, want_lengths) in zip(grouped, here, strict=True):
+        for name, value in vars(want_batch).items():
+            np.testing.assert_array_equal(getattr(batch, name), value, err_msg=name)
+        assert (returns, lengths) == (want_returns, want_lengths)
+    assert grouped_rng.bit_generator.state == here_rng.bit_generator.state
+    whole, whole_rng = samples[3, Sampler]
     for (batch, returns, lengths), (want_batch, want_returns, want_lengths) in zip(grouped, whole, strict=True):
         for name, value in vars(want_batch).items():
             np.testing.assert_allclose(getattr(batch, name), value, rtol=1e-4, atol=1e-4, err_msg=name)
@@ -350,11 +358,11 @@ def test_the_local_sampler_groups_its_processes_with_no_change_but_rounding() ->
 
 
 def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
-    def part(num_envs: int, episodes: list[tuple[int, int, float]]) -> collector.Rollout:
+    def part(num_envs: int, episodes: list[tuple[int, int, float]]) -> rollouts.Rollout:
         steps = 4
         zeros = np.zeros((steps, num_envs), np.float32)
         ended = np.array(episodes, np.float64).reshape(-1, 3)
-        return collector.Rollout(
+        return rollouts.Rollout(
             observations=np.full((steps + 1, num_envs, 3), num_envs, np.float32),
             actions=np.zeros((steps, num_envs, 1), np.float32),
             log_probs=zeros,
@@ -372,7 +380,7 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
             restarted=np.full(num_envs, num_envs == 1),
         )
 
-    merged = collector.Rollout.concatenate(
+    merged = rollouts.Rollout.concatenate(
         [part(2, [(1, 0, -1.0), (3, 1, -2.0)]), part(1, [(0, 0, -3.0), (3, 0, -4.0)])]
     )
     assert merged.observations.shape == (5, 3, 3) and merged.observations[0, :, 0].tolist() == [2, 2, 1]
@@ -414,7 +422,7 @@ def test_rollout_mode_resends_a_rollout_to_a_restarted_server() -> None:
 
 def test_ppo_trains_on_remote_environments_in_both_modes() -> None:
     from agents_operator.trainer.learner import Learner
-    from agents_operator.trainer.loop import Sampler
+    from agents_operator.trainer.loop import RolloutSampler, StepSampler
 
     config = TrainerConfig(
         env_id="Pendulum-v1", envs_per_worker=4, rollout_steps=256, minibatches=4, epochs=2, total_steps=3072
@@ -430,8 +438,8 @@ def test_ppo_trains_on_remote_environments_in_both_modes() -> None:
             env = TrainingEnv(batch_env, config)
             rng = np.random.default_rng(0)
             returns = []
-            per_step, rollouts = Sampler(env, config, rng), collector.RolloutSampler(env, config, rng)
-            for sampler in (per_step, per_step, rollouts):
+            per_step, whole = StepSampler(env, config, rng), RolloutSampler(env, config, rng)
+            for sampler in (per_step, per_step, whole):
                 batch, episode_returns, _ = sampler.collect(state.policy)
                 losses = learner.update(batch, rng)
                 state, _ = learner.finish_iteration(

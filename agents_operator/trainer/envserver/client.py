@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
+from agents_operator.trainer import rollouts
 from agents_operator.trainer.envs import StepResult
-from agents_operator.trainer.envserver import collector, protocol
+from agents_operator.trainer.envserver import protocol
 
 if TYPE_CHECKING:
     from agents_operator.trainer.normalize import Normalizer
@@ -255,12 +256,12 @@ class RemoteBatchEnv:
         if np.shape(actions) != expected:
             raise ValueError(f"actions must have shape {expected}, got {np.shape(actions)}")
 
-    def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> collector.Rollout:
+    def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> rollouts.Rollout:
         """Rollout mode: each server acts with `policy` for `len(noise)` steps of its environments, normalising
         observations with `observations`' shared statistics and sampling with `noise` (T, num_envs, act_dim)."""
         if not self._was_reset:
             raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before collect()")
-        request = collector.request(policy, observations, noise)
+        request = rollouts.request(policy, observations, noise)
 
         def message(server: _Server) -> dict[str, Any]:
             return {**request, "noise": noise[:, server.rows], "session": server.session}
@@ -272,7 +273,7 @@ class RemoteBatchEnv:
                 restarted = False
                 while True:
                     try:
-                        part = collector.Rollout.from_message(reply())
+                        part = rollouts.Rollout.from_message(reply())
                         server.failures = 0
                         break
                     except _Fault as fault:
@@ -282,7 +283,7 @@ class RemoteBatchEnv:
                 part.restarted[:] = restarted
                 server.observations = part.observations[-1]
                 parts.append(part)
-            return collector.Rollout.concatenate(parts)
+            return rollouts.Rollout.concatenate(parts)
 
     def run_episodes(
         self,
@@ -299,7 +300,7 @@ class RemoteBatchEnv:
         one episode's frames (hundreds of MB for a long one), which are then passed to `on_frame`.
         """
         render = on_frame is not None
-        request = {**collector.policy_message(policy, observations), "render": render}
+        request = {**rollouts.policy_message(policy, observations), "render": render}
         calls = [(seed + episode, 1) for episode in range(episodes)] if render else [(seed, episodes)]
         returns: list[float] = []
         lengths: list[int] = []

@@ -18,7 +18,7 @@ token `session`, see `server.EnvService`):
     Reset     {}                                  -> observations, session
     Step      {actions, session}                  -> the fields of `envs.StepResult`
     Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
-               normalize_observations, noise, session}  -> the fields of `collector.Rollout`
+               normalize_observations, noise, session}  -> the fields of `rollouts.Rollout`
     Evaluate  {the policy fields of Collect, episodes, seed, render}
                                                   -> returns, lengths, and with render the frames (uint8)
 

@@ -35,8 +35,9 @@ from typing import Any
 import grpc
 import numpy as np
 
+from agents_operator.trainer import rollouts
 from agents_operator.trainer.envs import BatchEnv, EnvProcessError
-from agents_operator.trainer.envserver import DEFAULT_PORT, collector, protocol
+from agents_operator.trainer.envserver import DEFAULT_PORT, protocol
 from agents_operator.trainer.wrappers import LocalEpisodes
 
 _LOG = logging.getLogger(__name__)
@@ -86,7 +87,6 @@ class EnvService:
         self._episodes[False].close()  # made only to read the frame rate
         self._lock = threading.Lock()
         self._session: str | None = None
-        self._observations: np.ndarray | None = None  # raw, of the current session
 
     def handler(self, method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         """The gRPC handler of `method`: decode, run under the lock, encode the reply or the failure."""
@@ -124,28 +124,24 @@ class EnvService:
     def _reset(self, message: dict[str, Any]) -> dict[str, Any]:
         if self._env is None:
             self._env = self._make()
-        self._observations = self._env.reset()
+        observations = self._env.reset()
         self._session = secrets.token_hex(8)
         _LOG.info("reset %d environments (session %s)", self._env.num_envs, self._session)
-        return {"observations": self._observations, "session": self._session}
+        return {"observations": observations, "session": self._session}
 
     def _step(self, message: dict[str, Any]) -> dict[str, Any]:
         env = self._current(message)
-        result = env.step(message["actions"])
-        self._observations = result.observations
-        return vars(result)
+        return vars(env.step(message["actions"]))
 
     def _collect(self, message: dict[str, Any]) -> dict[str, Any]:
         env = self._current(message)
-        policy, normalizer = collector.parse_request(message, env.observation_shape)
-        rollout = collector.run(env, self._observations, policy, normalizer, message["noise"])
-        self._observations = rollout.observations[-1]
-        return rollout.to_message()
+        policy, normalizer = rollouts.parse_request(message, env.observation_shape)
+        return env.collect(policy, normalizer, message["noise"]).to_message()
 
     def _evaluate(self, message: dict[str, Any]) -> dict[str, Any]:
         render = bool(message["render"])
         episodes = self._episodes[render]
-        policy, normalizer = collector.parse_request(message, episodes.observation_shape)
+        policy, normalizer = rollouts.parse_request(message, episodes.observation_shape)
         frames: list[np.ndarray] = []
         returns, lengths = episodes.run_episodes(
             policy, normalizer, message["episodes"], message["seed"], frames.append if render else None

@@ -1,38 +1,41 @@
-"""Rollouts: the sampling loop every sampler runs, and rollout mode, where an env server runs it.
+"""Rollouts: the one sampling loop (`run`), what it returns (`Rollout`) and the PPO batch made of it.
 
-`run` steps a batch of environments for a rollout with a snapshot of the policy. The trainer's own
-sampler (`loop.Sampler`) runs it over its `BatchEnv` or, in step mode, over its env servers
-(`RemoteBatchEnv`, one round trip per step); `to_batch` turns the `Rollout` into the PPO `Batch`.
+`run` steps a batch of environments through a rollout with a snapshot of the policy (a `NumpyPolicy` and
+the observation statistics), group by group (`groups` of the batch: a worker process, an env server): as
+soon as one group's step returns, the policy acts for it and sends it on while the others simulate. It
+runs wherever the policy acts:
+- in each worker process of a `BatchEnv`, for that process's environments (`BatchEnv.collect`): the
+  trainer's colocated sampling (`loop.Sampler`) and an env server's rollout mode, with no exchange per step;
+- in the trainer, over env servers in step mode (`loop.StepSampler`), one round trip per step and server.
+`to_batch` then feeds the trainer's observation normaliser and reward scaler in time order and builds the
+PPO `Batch`.
 
-Rollout mode is for slow or far-away sources (a robot, a simulator across a network), where one round
-trip per environment step costs too much. The trainer sends the policy's weights, its observation
-statistics and the rollout's Gaussian noise; the server runs the same `run` for `rollout_steps` steps and
-returns the complete trajectories, and `RolloutSampler` builds the batch from them.
+The trainer draws a rollout's noise from its own random generator up front, and every group acts with its
+own rows of it, so a rollout does not depend on where it was collected or on timing: same seeds, weights
+and grouping of the environments, same batch, bit for bit (tested). The grouping matters only through
+rounding: BLAS computes the policy's matrix products on a group's rows, and rounds them differently for
+other row counts. One difference is deliberate: the trainer's own samplers act on the first observation
+of a rollout as it was normalised at the end of the previous one (`first_acting`); in rollout mode the
+servers normalise every observation of a rollout with that rollout's statistics. Both are equal while
+the statistics do not change.
 
-The trainer draws the noise from its own random generator, a whole rollout at once, so a rollout does not
-depend on where it was collected: same seeds, weights and grouping of the environments, same batch
-(tested bit for bit against the local sampler). One difference is deliberate: `loop.Sampler` acts on the
-first observation of a rollout as it was normalised at the end of the previous one; rollout mode
-normalises every observation of a rollout with the statistics of that rollout. Both are equal while the
-statistics do not change.
-
-The server side (`run`) imports no TensorFlow; `to_batch` needs the trainer's `loop.rollout_batch` and imports it late.
+Everything here but `to_batch` is numpy only: worker processes and env servers import no TensorFlow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo import returns
 from agents_operator.trainer.ppo.networks import NumpyPolicy
 
 if TYPE_CHECKING:
     from agents_operator.config import TrainerConfig
-    from agents_operator.trainer.envs import BatchEnv
-    from agents_operator.trainer.envserver.client import RemoteBatchEnv
+    from agents_operator.trainer.envs import StepResult
     from agents_operator.trainer.learner import Batch
     from agents_operator.trainer.wrappers import TrainingEnv
 
@@ -134,8 +137,20 @@ def parse_request(message: dict[str, Any], observation_shape: tuple[int, ...]) -
 # --- the server side ----------------------------------------------------------------------------------
 
 
+class Groups(Protocol):
+    """What `run` steps: a batch of environments in consecutive groups that step independently of one
+    another (`BatchEnv`, `RemoteBatchEnv`, a worker's own environments)."""
+
+    @property
+    def groups(self) -> list[range]: ...
+
+    def send_step(self, group: int, actions: np.ndarray) -> None: ...
+
+    def receive_step(self, group: int) -> StepResult: ...
+
+
 def run(
-    env: BatchEnv | RemoteBatchEnv,
+    env: Groups,
     observations: np.ndarray,
     policy: NumpyPolicy,
     normalizer: Normalizer,
@@ -202,7 +217,7 @@ def run(
         terminated=terminated,
         truncated=truncated,
         final_values=final_values,
-        last_values=policy.value_of(normalizer.normalize(raw[steps])),
+        last_values=np.concatenate([policy.value_of(normalizer.normalize(raw[steps, rows])) for rows in groups]),
         episode_steps=np.array(ended_steps, np.int64),
         episode_envs=np.array(ended_envs, np.int64),
         episode_returns=np.array(episode_returns, np.float64),
@@ -223,51 +238,42 @@ def to_batch(
 ) -> tuple[Batch, list[float], list[int]]:
     """The PPO batch, episode returns and lengths of a rollout; `first_acting` as given to `run`.
 
-    Feeds `env`'s observation normaliser and reward scaler with the rollout, step by step in time order.
+    Feeds `env`'s observation normaliser and reward scaler with the rollout, step by step in time order,
+    scales the rewards, and computes GAE with bootstrapping from `final_values` at truncations and from
+    `last_values` after the last step.
     """
-    from agents_operator.trainer.loop import rollout_batch  # imports TensorFlow, which the server never needs
+    from agents_operator.trainer.learner import Batch  # imports TensorFlow, which the servers never need
 
-    steps = rollout.rewards.shape[0]
+    steps, n = rollout.rewards.shape
     if rollout.restarted.any():
         # The discarded episodes' discounted returns must not run on into the new ones.
         env.rewards.returns[rollout.restarted] = 0.0
         env.observations.observe(rollout.observations[0][rollout.restarted])
+    done = rollout.terminated | rollout.truncated
     for t in range(steps):
         env.observations.observe(rollout.observations[t + 1])
-        env.rewards.track(rollout.rewards[t], rollout.terminated[t] | rollout.truncated[t])
+        env.rewards.track(rollout.rewards[t], done[t])
     acting = env.observations.normalize(rollout.observations[:steps])
     if first_acting is not None:
         acting[0] = first_acting
-    batch = rollout_batch(
-        config,
-        policy,
-        acting,
-        rollout.actions,
-        rollout.log_probs,
-        rollout.means,
-        rollout.values,
+    next_values = returns.next_values(rollout.values, rollout.last_values, rollout.final_values, done)
+    advantages, value_targets = returns.gae(
         env.rewards.scale(rollout.rewards),
+        rollout.values,
+        next_values,
         rollout.terminated,
         rollout.truncated,
-        rollout.final_values,
-        rollout.last_values,
+        config.discount,
+        config.gae_lambda,
+    )
+    batch = Batch(
+        observations=acting.reshape(steps * n, -1),
+        actions=rollout.actions.reshape(steps * n, -1),
+        log_probs=rollout.log_probs.reshape(-1),
+        means=rollout.means.reshape(steps * n, -1),
+        log_std=policy.log_std.astype(np.float32),
+        values=rollout.values.reshape(-1),
+        advantages=advantages.reshape(-1),
+        returns=value_targets.reshape(-1),
     )
     return batch, rollout.episode_returns.tolist(), rollout.episode_lengths.tolist()
-
-
-class RolloutSampler:
-    """A drop-in for `loop.Sampler` over a `TrainingEnv` of a `RemoteBatchEnv`: the servers collect whole
-    rollouts (see the module docstring); the random generator is used exactly as `loop.Sampler` uses it."""
-
-    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
-        self.env = env
-        self.config = config
-        self.rng = rng
-        env.reset()
-
-    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
-        """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
-        noise = self.rng.standard_normal(shape, dtype=np.float32)
-        rollout = self.env.env.collect(policy, self.env.observations, noise)
-        return to_batch(rollout, self.env, policy, self.config)
