@@ -17,7 +17,9 @@ loads.
 The protocol follows BatchPPO's ExternalProcess (`agents/tools/wrappers.py`): a worker catches every
 exception and sends its traceback back to be re-raised, the parent waits with timeouts so Ctrl-C gets
 through, and close runs at exit. A worker ignores SIGINT (the parent shuts it down) and exits when its pipe
-reaches end-of-file or its parent changes, so no worker outlives the trainer, however the trainer dies.
+reaches end-of-file or its parent changes (checked while it waits and at every step of a rollout it runs), so
+no worker outlives the trainer, however the trainer dies. A rollout in flight delays a clean close by at
+most the grace period: then the worker is killed.
 """
 
 from __future__ import annotations
@@ -128,7 +130,40 @@ def usable_cpus() -> int:
     return cpus
 
 
-class BatchEnv:
+class BatchChecks:
+    """What `BatchEnv` and `envserver.client.RemoteBatchEnv` check alike before they talk to their workers or
+    servers: the batch is still usable (no failure yet), was reset, and actions have the shape of the rows."""
+
+    env_id: str
+    action_shape: tuple[int, ...]
+    _failure: str | None
+    _was_reset: bool
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError(f"{self.env_id} {type(self).__name__} is unusable: {self._failure}")
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Refuse to talk to the workers or servers once the batch is unusable; make it unusable when an
+        exchange fails (whatever interrupts one leaves replies in flight)."""
+        self._check_usable()
+        try:
+            yield
+        except BaseException as error:
+            self._failure = f"an earlier call failed with {type(error).__name__}"
+            raise
+
+    def _check_actions(self, actions: np.ndarray, rows: int) -> None:
+        self._check_usable()
+        if not self._was_reset:
+            raise RuntimeError(f"{self.env_id} {type(self).__name__}: call reset() before step()")
+        expected = (rows, *self.action_shape)
+        if np.shape(actions) != expected:
+            raise ValueError(f"actions must have shape {expected}, got {np.shape(actions)}")
+
+
+class BatchEnv(BatchChecks):
     """`num_envs` copies of one environment, stepped in parallel by worker subprocesses.
 
     Environment j is seeded with `seed + j` on the first `reset`; later resets, including the automatic
@@ -213,7 +248,7 @@ class BatchEnv:
         self._check_actions(actions, len(worker.envs))
         if worker.stepping:
             raise RuntimeError(f"{self.env_id} BatchEnv: group {group} is already stepping; receive_step it first")
-        with self._failing():
+        with self._guard():
             rows = self._shared.rows(worker.envs.start, worker.envs.stop)
             np.clip(actions, self.action_low, self.action_high, out=rows.actions)
             worker.send(("step", ()))
@@ -225,7 +260,7 @@ class BatchEnv:
         self._check_usable()
         if not worker.stepping:
             raise RuntimeError(f"{self.env_id} BatchEnv: group {group} is not stepping; send_step it first")
-        with self._failing():
+        with self._guard():
             returns, lengths = worker.receive()
             worker.stepping = False
         return self._shared.rows(worker.envs.start, worker.envs.stop).result(returns, lengths)
@@ -269,29 +304,6 @@ class BatchEnv:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise RuntimeError(f"{self.env_id} BatchEnv is unusable: {self._failure}")
-
-    def _check_actions(self, actions: np.ndarray, rows: int) -> None:
-        self._check_usable()
-        if not self._was_reset:
-            raise RuntimeError(f"{self.env_id} BatchEnv: call reset() before step()")
-        expected = (rows, *self.action_shape)
-        if np.shape(actions) != expected:
-            raise ValueError(f"actions must have shape {expected}, got {np.shape(actions)}")
-
-    @contextlib.contextmanager
-    def _failing(self) -> Iterator[None]:
-        """Refuse to talk to the workers once the batch is unusable; make it unusable when an exchange fails
-        (whatever interrupts one leaves replies in flight)."""
-        self._check_usable()
-        try:
-            yield
-        except BaseException as error:
-            self._failure = f"an earlier call failed with {type(error).__name__}"
-            raise
-
     def _round_trip(self, message: Callable[[_WorkerHandle], tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Send `message(worker)` to every worker, then collect their results in worker order.
 
@@ -300,7 +312,7 @@ class BatchEnv:
         for group, worker in enumerate(self._workers):
             if worker.stepping:
                 self.receive_step(group)
-        with self._failing():
+        with self._guard():
             for worker in self._workers:
                 worker.send(message(worker))
             return [worker.receive() for worker in self._workers]
@@ -442,8 +454,9 @@ def _shut_down(workers: list[_WorkerHandle], buffer_file: Any) -> None:
 class _Worker:
     """The environments of one worker process and the commands the parent sends them."""
 
-    def __init__(self, buffer_fd: int) -> None:
+    def __init__(self, buffer_fd: int, parent: int) -> None:
         self._buffer_fd = buffer_fd
+        self.parent = parent  # the pid of the process that started this one
         self._envs: list[gym.Env] = []
         self._seeds: list[int | None] = []
         self._first_index = 0
@@ -515,6 +528,8 @@ class _OwnEnvs:
         self._low, self._high = space.low, space.high
 
     def send_step(self, group: int, actions: np.ndarray) -> None:
+        if os.getppid() != self._worker.parent:
+            raise SystemExit  # orphaned mid-rollout: nobody is left to take it (`_serve` lets this through)
         np.clip(actions, self._low, self._high, out=self._worker._shared.actions)
         self._episodes = self._worker.step()
 
@@ -525,13 +540,12 @@ class _OwnEnvs:
 def _serve(channel_fd: int, buffer_fd: int) -> None:
     """Main loop of a worker process: run the parent's commands until it says close or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
     connection = Connection(channel_fd)
-    worker = _Worker(buffer_fd)
+    worker = _Worker(buffer_fd, os.getppid())
     while True:
         try:
             while not connection.poll(_POLL_SECONDS):
-                if os.getppid() != parent:
+                if os.getppid() != worker.parent:
                     return
             command, arguments = pickle.loads(connection.recv_bytes())
         except (EOFError, OSError):

@@ -302,24 +302,34 @@ PARENT = textwrap.dedent(
     import signal, sys, time
     import numpy as np
     from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.normalize import Normalizer
+    from agents_operator.trainer.ppo.networks import NumpyPolicy
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
+    layer = lambda m, n: (np.zeros((m, n), np.float32), np.zeros(n, np.float32))
+    policy = NumpyPolicy([layer(5, 2)], np.zeros(2, np.float32), [layer(5, 1)], "tanh")
 
     with BatchEnv(sys.argv[1], num_envs=2, envs_per_process=1) as env:
         print(*env.reset()[:, 4].astype(int), flush=True)
         while True:
-            env.step(np.zeros((2, 2)))
-            time.sleep(0.01)
+            if sys.argv[2] == "step":
+                env.step(np.zeros((2, 2)))
+                time.sleep(0.01)
+            else:  # a rollout far longer than the test waits
+                env.collect(policy, Normalizer((5,), 10.0), np.zeros((1_000_000, 2, 2), np.float32))
     """
 )
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
-def test_workers_die_with_their_parent(signal_number: signal.Signals) -> None:
-    """SIGKILL and SIGTERM kill the trainer outright; SIGINT is Ctrl-C, sent to the whole process group."""
+@pytest.mark.parametrize("exchange", ["step", "collect"])
+def test_workers_die_with_their_parent(signal_number: signal.Signals, exchange: str) -> None:
+    """SIGKILL and SIGTERM kill the trainer alone (as the OOM killer would): its workers notice they are
+    orphans. SIGINT is Ctrl-C, sent to the whole process group. Between steps or in the middle of a rollout
+    that the workers run by themselves."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(path or os.getcwd() for path in sys.path)}
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, ECHO],
+        [sys.executable, "-c", PARENT, ECHO, exchange],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -329,7 +339,11 @@ def test_workers_die_with_their_parent(signal_number: signal.Signals) -> None:
     try:
         pids = {int(pid) for pid in parent.stdout.readline().split()}
         assert len(pids) == 2 and all(alive(pid) for pid in pids)
-        os.killpg(parent.pid, signal_number)
+        time.sleep(1.0)  # into the rollout, or some steps on
+        if signal_number == signal.SIGINT:
+            os.killpg(parent.pid, signal_number)
+        else:
+            os.kill(parent.pid, signal_number)
         parent.wait(10)
         assert not wait_until_gone(pids)
     finally:

@@ -30,11 +30,10 @@ retried. After either, as after any failure of a `BatchEnv`, the batch is unusab
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,7 @@ import grpc
 import numpy as np
 
 from agents_operator.trainer import rollouts
-from agents_operator.trainer.envs import StepResult
+from agents_operator.trainer.envs import BatchChecks, StepResult
 from agents_operator.trainer.envserver import protocol
 
 if TYPE_CHECKING:
@@ -131,7 +130,7 @@ class _Server:
         self.session, self.observations = reply["session"], reply["observations"]
 
 
-class RemoteBatchEnv:
+class RemoteBatchEnv(BatchChecks):
     """The environments of the env servers at `addresses` ("host:port"), with `BatchEnv`'s interface.
 
     `timeout` bounds every call but a rollout or an evaluation (`rollout_timeout`); `startup_timeout` is how
@@ -244,18 +243,6 @@ class RemoteBatchEnv:
         server.observations = part.observations
         return part
 
-    def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise RuntimeError(f"{self.env_id} RemoteBatchEnv is unusable: {self._failure}")
-
-    def _check_actions(self, actions: np.ndarray, rows: int) -> None:
-        self._check_usable()
-        if not self._was_reset:
-            raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before step()")
-        expected = (rows, *self.action_shape)
-        if np.shape(actions) != expected:
-            raise ValueError(f"actions must have shape {expected}, got {np.shape(actions)}")
-
     def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> rollouts.Rollout:
         """Rollout mode: each server acts with `policy` for `len(noise)` steps of its environments, normalising
         observations with `observations`' shared statistics and sampling with `noise` (T, num_envs, act_dim)."""
@@ -324,16 +311,6 @@ class RemoteBatchEnv:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Refuse calls once the batch is unusable; make it unusable when a call fails."""
-        self._check_usable()
-        try:
-            yield
-        except BaseException as error:
-            self._failure = f"an earlier call failed with {type(error).__name__}"
-            raise
 
     def _exchange(
         self, method: str, message: Callable[[_Server], dict[str, Any]], timeout: float
