@@ -6,6 +6,7 @@ registered below, so it must stay importable without pytest fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -349,3 +350,5 @@ def test_workers_die_with_their_parent(signal_number: signal.Signals, exchange: 
     finally:
         parent.kill()
         parent.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)  # what a failure left behind (the workers share its group)
