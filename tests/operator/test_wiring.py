@@ -209,11 +209,18 @@ def _free_port() -> int:
 
 
 async def started(cluster: Cluster, **job_kwargs) -> None:
-    await cluster.create_job(make_job(**job_kwargs))
-    await cluster.until(lambda: len(cluster.pods()) == 3, what="3 pods")
-    for name in list(cluster.pods()):
-        await cluster.set_phase(name, "Running")
-    await cluster.until(lambda: cluster.job_status().get("state") == "Running", what="Running")
+    """Creates a job and drives its 3 pods to Running (only its own: another job's may still be going)."""
+    job = make_job(**job_kwargs)
+    name = job["metadata"]["name"]
+    await cluster.create_job(job)
+
+    def own_pods() -> list[str]:
+        return [pod for pod, body in cluster.pods().items() if body["metadata"]["labels"][naming.LABEL_JOB] == name]
+
+    await cluster.until(lambda: len(own_pods()) == 3, what="3 pods")
+    for pod in own_pods():
+        await cluster.set_phase(pod, "Running")
+    await cluster.until(lambda: cluster.job_status(name).get("state") == "Running", what="Running")
 
 
 async def test_job_creates_children_status_and_events(cluster):
