@@ -81,12 +81,14 @@ def _convert(node: dict, defs: dict, in_spec: bool) -> dict:
         out["type"] = "object"
         out["properties"] = {k: _convert(v, defs, in_spec) for k, v in node["properties"].items()}
         if in_spec:
-            # Let the API server fill nested defaults: an omitted object section becomes {} and then gets
-            # its own fields' defaults, so stored objects show every effective value.
+            # An omitted object section defaults to its own fields' defaults, written out in full, so that
+            # stored objects show every effective value. Written out rather than `{}`: the API server checks
+            # a section's CEL rules against its `default` exactly as written, without nested defaults, and a
+            # rule that reads `self.placement` fails on `{}` ("no such key"), so the CRD would be refused.
             for name, prop in out["properties"].items():
                 optional_section = prop.get("type") == "object" and name not in out.get("required", [])
                 if optional_section and not (_NO_DEFAULT_KEYS & set(prop)):
-                    prop["default"] = {}
+                    prop["default"] = _written_defaults(prop)
     if node.get("additionalProperties") is True:
         out["type"] = "object"
         out["x-kubernetes-preserve-unknown-fields"] = True
@@ -98,6 +100,12 @@ def _convert(node: dict, defs: dict, in_spec: bool) -> dict:
     if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
+
+
+def _written_defaults(node: dict) -> dict:
+    """The value of an object node with every field default filled in (sections converted before their
+    parents, so a nested section's default is already complete)."""
+    return {name: prop["default"] for name, prop in node.get("properties", {}).items() if "default" in prop}
 
 
 def _attach_rules(schema: dict) -> None:

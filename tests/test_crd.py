@@ -88,3 +88,40 @@ def test_crd_yaml_has_no_aliases():
     text = (ROOT / "crds" / "agentsjob.yaml").read_text()
     assert "&id" not in text and "*id" not in text
     assert yaml.safe_load(text)["metadata"]["name"] == "agentsjobs.agents.dev"
+
+
+def _rules_with_defaults(node, path="$"):
+    for sub_path, sub in _nodes(node, path):
+        if "default" in sub:
+            for rule in sub.get("x-kubernetes-validations", []):
+                yield sub_path, sub["default"], rule
+
+
+def test_every_rule_passes_on_its_sections_default_as_written():
+    """The API server checks a section's CEL rules against its `default` as written (without nested
+    defaults) when the CRD is created, and refuses the CRD when one fails or reads a missing key."""
+    checked = 0
+    for path, default, rule in _rules_with_defaults(crd.openapi_schema()):
+        if "oldSelf" in rule["rule"]:
+            continue  # transition rules never run on a default
+        env = celpy.Environment()
+        program = env.program(env.compile(rule["rule"]))
+        try:
+            verdict = program.evaluate({"self": celpy.json_to_cel(default)})
+        except celpy.CELEvalError as err:
+            pytest.fail(f"{path}: rule {rule['rule']!r} cannot run on default {default}: {err}")
+        assert verdict is True or verdict == celpy.celtypes.BoolType(True), (path, rule["rule"], default)
+        checked += 1
+    assert checked >= 3  # environments has three such rules today
+
+
+def test_section_defaults_are_written_out_in_full():
+    schema = crd.openapi_schema()
+    environments = schema["properties"]["spec"]["properties"]["environments"]
+    assert environments["default"] == {
+        "placement": "colocated",
+        "mode": "step",
+        "serversPerWorker": 1,
+        "port": api.DEFAULT_ENV_SERVER_PORT,
+        "server": {"restartPolicy": "OnFailure"},
+    }
