@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--progress-interval", type=float, default=30.0, help="seconds between reads of chiefs' metrics")
-    p.add_argument("--watch-timeout", type=float, default=300.0, help="server-side timeout of watch requests (s)")
+    p.add_argument("--watch-timeout", type=int, default=300, help="server-side timeout of watch requests (whole s)")
     p.add_argument("--request-timeout", type=float, default=60.0, help="timeout of other API requests (s)")
     p.set_defaults(func=_run)
 

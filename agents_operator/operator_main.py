@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import os
 import socket
 import zlib
@@ -53,8 +54,8 @@ class OperatorOptions:
     host: str | None = None
     """API server URL without credentials (tests)."""
     progress_interval: float = 30.0
-    watch_timeout: float = 300.0
-    """Server-side timeout of every watch request; the watch is re-established after it."""
+    watch_timeout: int = 300
+    """Server-side timeout of every watch request, whole seconds; the watch is re-established after it."""
     request_timeout: float = 60.0
     """Timeout of every other API request."""
     post_kopf_events: bool = True
@@ -104,8 +105,10 @@ class OperatorMetrics:
 
 def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
     """kopf settings: timeouts, where kopf keeps its own bookkeeping, peering, Events."""
-    settings.watching.server_timeout = options.watch_timeout
-    settings.watching.client_timeout = options.watch_timeout + 30
+    # kopf sends `timeoutSeconds=str(server_timeout)`, and the API server refuses "300.0" (400: it parses an
+    # integer), so every watch would fail: whole seconds only.
+    settings.watching.server_timeout = math.ceil(options.watch_timeout)
+    settings.watching.client_timeout = settings.watching.server_timeout + 30
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = options.request_timeout
     settings.networking.connect_timeout = 30

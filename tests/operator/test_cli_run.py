@@ -24,3 +24,19 @@ def test_help_does_not_import_kopf():
     code += "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kopf','kubernetes','aiohttp')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().endswith("[]")
+
+
+def test_watch_timeouts_reach_kopf_as_whole_seconds():
+    """kopf puts `str(server_timeout)` in the watch URL and the API server refuses `300.0` (400)."""
+    import kopf
+
+    from agents_operator import operator_main
+
+    defaults = cli.build_parser().parse_args(["run"])
+    for options in (
+        operator_main.OperatorOptions(watch_timeout=defaults.watch_timeout),
+        operator_main.OperatorOptions(watch_timeout=299.5),
+    ):
+        settings = kopf.OperatorSettings()
+        operator_main.configure_settings(settings, options)
+        assert isinstance(settings.watching.server_timeout, int) and settings.watching.server_timeout == 300
