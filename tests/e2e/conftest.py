@@ -1,27 +1,52 @@
-"""Fixtures of the real-cluster suite: a namespace per test, the CRD applied, the operator in-process.
+"""Fixtures of the real-cluster suite: the CRD applied, the chart installed, its operator running, a namespace
+per test.
 
-Runs only when AGENTS_E2E_KUBECONFIG names a kubeconfig (kind, minikube, or a bare kube-apiserver). Pods are
-pinned to a node that does not exist, so no kubelet ever runs or touches them, and the tests move them
-through their phases by patching pod status, as a kubelet would.
+Runs when AGENTS_E2E_KUBECONFIG names a kubeconfig: `.ci/run` starts the control plane in ../shared/kube and
+sets it; `make e2e` uses your own cluster (kind, minikube) from KUBECONFIG. Pods are pinned to a node that
+does not exist, so no kubelet ever runs or touches them, and the tests move them through their phases by
+patching pod status, as a kubelet would.
+
+The operator is the chart's: `helm install` with default values, then the installed Deployment's command line
+and environment run here as its ServiceAccount (`installs.DeployedOperator`). One operator serves every
+namespace, as the chart's default does; tests that stop or kill it get it back running for the next test.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from agents_operator.kube import Kube
+from tests.e2e import installs
+from tests.e2e.cluster import Cluster, wait_for
+
 KUBECONFIG = os.environ.get("AGENTS_E2E_KUBECONFIG")
-ROOT = Path(__file__).resolve().parents[2]
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-NOWHERE = {"agents.dev/e2e": "no-such-node"}
+
+RELEASE = "agents-e2e"
+RELEASE_NAMESPACE = "agents-e2e-system"
+
+
+SKIP_REASON = (
+    "AGENTS_E2E_KUBECONFIG is not set: the e2e suite needs a real API server (.ci/run starts one; "
+    "`make e2e` uses KUBECONFIG)"
+)
+
+
+class WithoutCluster(pytest.Module):
+    """A test module of this suite where there is no cluster: skipped as a whole, with one reason."""
+
+    def _getobj(self):
+        pytest.skip(SKIP_REASON, allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    # One skip raised here for every module: pytest folds them into a single line of its summary.
+    return None if KUBECONFIG else WithoutCluster.from_parent(parent, path=module_path)
 
 
 def pytest_collection_modifyitems(items):
@@ -30,40 +55,61 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
-def kube():
-    if not KUBECONFIG:
-        pytest.skip("AGENTS_E2E_KUBECONFIG is not set: the e2e suite needs a real API server")
-    from agents_operator.kube import Kube
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test shows what the operator logged."""
+    outcome = yield
+    report = outcome.get_result()
+    operator = item.funcargs.get("operator") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(operator, installs.DeployedOperator):
+        report.sections.append(("operator log (tail)", operator.tail(80)))
 
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Kube]:
     client = Kube.connect(kubeconfig=KUBECONFIG)
     yield client
     client.close()
 
 
 @pytest.fixture(scope="session")
-def crd(kube):
-    """Apply crds/ (create, or replace the spec of an older one) and wait until it is established."""
-    from agents_operator.kube import ApiError
-
-    for path in sorted((ROOT / "crds").glob("*.yaml")):
+def crd(kube) -> None:
+    """crds/ applied (created, or an older one updated) and established."""
+    for path in sorted((installs.ROOT / "crds").glob("*.yaml")):
         obj = yaml.safe_load(path.read_text())
         name = obj["metadata"]["name"]
-        try:
-            kube.request("POST", CRD_PATH, body=obj)
-        except ApiError as err:
-            if err.status != 409:
-                raise
-            kube.request("PATCH", f"{CRD_PATH}/{name}", body={"spec": obj["spec"]}, content_type=MERGE)
-        wait_for(lambda name=name: _established(kube, name), 30, f"CRD {name} established")
+        installs.apply(kube, f"{installs.CRD_PATH}/{name}", obj)
+        wait_for(lambda name=name: installs.established(kube, name), 30, f"CRD {name} established")
 
 
-MERGE = "application/merge-patch+json"
+@pytest.fixture(scope="session")
+def tool_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tool-home")
 
 
-def _established(kube, name: str) -> bool:
-    conditions = (kube.request("GET", f"{CRD_PATH}/{name}").get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+@pytest.fixture(scope="session")
+def chart_install(kube, crd, tool_home) -> Iterator[installs.Install]:
+    """`helm install` of the chart with its default values (the CRD is there already: helm skips it)."""
+    install = installs.helm_install(RELEASE, RELEASE_NAMESPACE, KUBECONFIG, tool_home)
+    install.park(kube)
+    yield install
+    installs.helm_uninstall(RELEASE, RELEASE_NAMESPACE, KUBECONFIG, tool_home)
+    installs.delete_namespace(kube, RELEASE_NAMESPACE)
+
+
+@pytest.fixture(scope="session")
+def chart_operator(kube, chart_install, tmp_path_factory) -> Iterator[installs.DeployedOperator]:
+    op = installs.DeployedOperator(kube, chart_install, KUBECONFIG, tmp_path_factory.mktemp("operator"))
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def operator(chart_operator) -> installs.DeployedOperator:
+    """The chart's operator, running (again, if a test before stopped it)."""
+    if not chart_operator.running:
+        chart_operator.start()
+    return chart_operator
 
 
 @pytest.fixture
@@ -73,59 +119,10 @@ def namespace(kube, crd) -> Iterator[str]:
         "POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
     yield name
-    kube.request("DELETE", f"/api/v1/namespaces/{name}")
-
-
-class Operator:
-    """The operator in a thread of its own (as `agents-operator run` would run it), serving one namespace."""
-
-    def __init__(self, namespace: str):
-        self.namespace = namespace
-        self.thread: threading.Thread | None = None
-        self.stop_flag = threading.Event()
-        self.controllers: list = []
-
-    def start(self) -> Operator:
-        from agents_operator import operator_main
-
-        self.stop_flag = threading.Event()
-        ready = threading.Event()
-        options = operator_main.OperatorOptions(
-            namespaces=[self.namespace], kubeconfig=KUBECONFIG, progress_interval=2.0, watch_timeout=60
-        )
-        self.thread = threading.Thread(
-            target=lambda: asyncio.run(
-                operator_main.serve(
-                    options, stop_flag=self.stop_flag, ready_flag=ready, controller_hook=self.controllers.append
-                )
-            ),
-            name="operator",
-            daemon=True,
-        )
-        self.thread.start()
-        assert ready.wait(30), "the operator did not start"
-        return self
-
-    def stop(self) -> None:
-        self.stop_flag.set()
-        if self.thread:
-            self.thread.join(30)
-            assert not self.thread.is_alive(), "the operator did not stop"
+    installs.delete_namespace(kube, name)
 
 
 @pytest.fixture
-def operator(namespace) -> Iterator[Operator]:
-    op = Operator(namespace).start()
-    yield op
-    op.stop()
-
-
-def wait_for(check: Callable[[], object], timeout: float = 30, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
-        time.sleep(0.2)
+def cluster(kube, namespace, operator) -> Cluster:
+    """A namespace of its own, served by the chart's operator."""
+    return Cluster(kube, namespace)

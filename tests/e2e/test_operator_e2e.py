@@ -1,120 +1,18 @@
-"""The operator against a real API server: each lifecycle rule of issue 5, one namespace per test.
+"""The operator's lifecycle rules on a real API server, one namespace per test, the chart's operator serving.
 
-Skipped unless AGENTS_E2E_KUBECONFIG names a cluster. The API server does what kmock cannot: uids and owner
-references, resourceVersions, label selectors, status subresources with schema pruning, garbage collection
-(where a controller-manager runs), CRD validation.
+The API server does what no emulator does: uids and owner references, resourceVersions, label selectors, the
+status subresource with schema pruning, garbage collection, CRD validation.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
-from tests.operator.world import make_job
+from tests.e2e.cluster import MERGE, jobs_path, wait_for
 
-from .conftest import MERGE, NOWHERE, Operator, wait_for
-
-if not os.environ.get("AGENTS_E2E_KUBECONFIG"):
-    pytest.skip(
-        "AGENTS_E2E_KUBECONFIG is not set: the e2e suite needs a real API server (kind, minikube, kube-apiserver)",
-        allow_module_level=True,
-    )
-
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-
-JOBS = "/apis/agents.dev/v1alpha1/namespaces/{ns}/agentsjobs"
-
-
-class Cluster:
-    def __init__(self, kube, namespace: str):
-        self.kube = kube
-        self.ns = namespace
-
-    def create_job(self, name: str = "pj", **kwargs) -> dict:
-        job = make_job(name, uid=None, **kwargs)
-        job["metadata"] = {"name": name}
-        for replica in job["spec"]["replicaSpecs"].values():
-            # No kubelet may run these pods: the test is the kubelet.
-            replica["template"] = {"spec": {"nodeSelector": NOWHERE, "containers": [{"name": "agents"}]}}
-        environments = job["spec"].get("environments") or {}
-        if environments.get("placement") == "remote":
-            server = environments.setdefault("server", {})
-            server["template"] = {"spec": {"nodeSelector": NOWHERE, "containers": [{"name": "env-server"}]}}
-        return self.kube.request("POST", JOBS.format(ns=self.ns), body=job)
-
-    def job(self, name: str = "pj") -> dict | None:
-        from agents_operator import naming
-
-        return self.kube.get(naming.KIND, self.ns, name)
-
-    def status(self, name: str = "pj") -> dict:
-        return (self.job(name) or {}).get("status") or {}
-
-    def state(self, name: str = "pj") -> str | None:
-        return self.status(name).get("state")
-
-    def pods(self, job: str = "pj") -> dict[str, dict]:
-        return {p["metadata"]["name"]: p for p in self.kube.list("Pod", self.ns, {"agents.dev/job-name": job})}
-
-    def live_pods(self, job: str = "pj") -> set[str]:
-        return {n for n, p in self.pods(job).items() if not p["metadata"].get("deletionTimestamp")}
-
-    def services(self, job: str = "pj") -> set[str]:
-        return {s["metadata"]["name"] for s in self.kube.list("Service", self.ns, {"agents.dev/job-name": job})}
-
-    def set_phase(self, pod: str, phase: str, exit_code: int | None = None) -> None:
-        """What a kubelet reports: phase and, for a finished container, its exit code."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        status: dict = {"phase": phase}
-        if phase in ("Running", "Succeeded", "Failed"):
-            state = (
-                {"running": {"startedAt": now}}
-                if phase == "Running"
-                else {
-                    "terminated": {
-                        "exitCode": exit_code or 0,
-                        "reason": "Error" if exit_code else "Completed",
-                        "startedAt": now,
-                        "finishedAt": now,
-                    }
-                }
-            )
-            status["containerStatuses"] = [
-                {
-                    "name": "agents",
-                    "image": "agents",
-                    "imageID": "",
-                    "ready": phase == "Running",
-                    "restartCount": 0,
-                    "state": state,
-                }
-            ]
-        self.kube.request(
-            "PATCH", f"/api/v1/namespaces/{self.ns}/pods/{pod}/status", body={"status": status}, content_type=MERGE
-        )
-
-    def run_all(self, job: str = "pj") -> None:
-        for name, pod in self.pods(job).items():
-            if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
-                self.set_phase(name, "Running")
-
-    def started(self, name: str = "pj", **kwargs) -> None:
-        self.create_job(name, **kwargs)
-        expected = 3 if kwargs.get("workers", 2) == 2 and kwargs.get("ps", 1) == 1 else None
-        wait_for(lambda: len(self.live_pods(name)) == (expected or len(self.live_pods(name)) or -1), 60, "pods")
-        self.run_all(name)
-        wait_for(lambda: self.state(name) == "Running", 60, "Running")
-
-    def events(self, reason: str) -> list[dict]:
-        items = self.kube.request("GET", f"/api/v1/namespaces/{self.ns}/events").get("items") or []
-        return [e for e in items if e.get("reason") == reason]
-
-
-@pytest.fixture
-def cluster(kube, namespace, operator) -> Cluster:
-    return Cluster(kube, namespace)
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_create_makes_every_child_with_owner_references(cluster):
@@ -187,13 +85,13 @@ def test_success_deletes_the_ps_and_running_workers(cluster):
 def test_suspend_and_resume(cluster, kube):
     cluster.started()
     kube.request(
-        "PATCH", f"{JOBS.format(ns=cluster.ns)}/pj", body={"spec": {"runPolicy": {"suspend": True}}}, content_type=MERGE
+        "PATCH", f"{jobs_path(cluster.ns)}/pj", body={"spec": {"runPolicy": {"suspend": True}}}, content_type=MERGE
     )
     wait_for(lambda: cluster.state() == "Suspended", 60, "Suspended")
     wait_for(lambda: cluster.live_pods() == set(), 60, "pods deleted")
     kube.request(
         "PATCH",
-        f"{JOBS.format(ns=cluster.ns)}/pj",
+        f"{jobs_path(cluster.ns)}/pj",
         body={"spec": {"runPolicy": {"suspend": False}}},
         content_type=MERGE,
     )
@@ -231,35 +129,25 @@ def test_invalid_spec_fails_with_invalid_spec(cluster):
     assert cluster.pods("bad") == {}
 
 
-def test_operator_restart_mid_reconcile_leaves_no_duplicates_or_orphans(cluster, operator, namespace, kube):
+def test_operator_killed_mid_reconcile_leaves_no_duplicates_or_orphans(cluster, operator, kube):
     operator.stop()
     cluster.create_job()
-    second = Operator(namespace).start()
-    try:
-        wait_for(lambda: len(cluster.pods()) >= 1, 60, "the first pod")
-        second.stop()  # stopped while creating
-        third = Operator(namespace).start()
-        try:
-            wait_for(lambda: cluster.live_pods() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "all pods")
-            wait_for(lambda: cluster.services() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "all services")
-            cluster.run_all()
-            wait_for(lambda: cluster.state() == "Running", 60, "Running")
-            # A failure counted (marker on the pod) by an operator that stopped before writing status:
-            third.stop()
-            kube.annotate("Pod", namespace, "pj-worker-1", {"agents.dev/restart-counted": "1"})
-            cluster.set_phase("pj-worker-1", "Failed", 137)
-            fourth = Operator(namespace).start()
-            try:
-                wait_for(lambda: cluster.status().get("restarts") == 1, 60, "restart counted once")
-                time.sleep(3)
-                assert cluster.status()["restarts"] == 1
-            finally:
-                fourth.stop()
-        finally:
-            third.stop()
-    finally:
-        second.stop()
-    operator.start()  # the fixture stops it again
+    operator.start()
+    wait_for(lambda: len(cluster.pods()) >= 1, 60, "the first pod")
+    operator.kill()  # killed while creating
+    operator.start()
+    wait_for(lambda: cluster.live_pods() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "all pods")
+    wait_for(lambda: cluster.services() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}, 60, "all services")
+    cluster.run_all()
+    wait_for(lambda: cluster.state() == "Running", 60, "Running")
+    # A failure counted (marker on the pod) by an operator that died before writing status:
+    operator.kill()
+    kube.annotate("Pod", cluster.ns, "pj-worker-1", {"agents.dev/restart-counted": "1"})
+    cluster.set_phase("pj-worker-1", "Failed", 137)
+    operator.start()
+    wait_for(lambda: cluster.status().get("restarts") == 1, 60, "restart counted once")
+    time.sleep(3)
+    assert cluster.status()["restarts"] == 1
 
 
 def test_deleting_the_job_leaves_no_orphans(cluster, kube):
@@ -306,7 +194,7 @@ def test_sidecar_pods_are_accepted_and_bad_placements_rejected_by_the_crd(cluste
     with pytest.raises(ApiError) as err:
         cluster.kube.request(
             "PATCH",
-            f"{JOBS.format(ns=cluster.ns)}/pj",
+            f"{jobs_path(cluster.ns)}/pj",
             body={"spec": {"environments": {"placement": "colocated"}}},
             content_type=MERGE,
         )
