@@ -392,16 +392,16 @@ def _replica_counts(replica_specs: dict) -> tuple:
 
 RULES: tuple[Rule, ...] = (
     Rule(
-        at=(),
-        cel=f"self.metadata.name.matches('{naming.DNS_1035_LABEL}')",
+        at=("metadata", "name"),
+        cel=f"self.matches('{naming.DNS_1035_LABEL}')",
         message="metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
         "letter (it starts the name of every pod and Service of the job)",
         field="metadata.name",
         check=lambda new, _: bool(_NAME_RE.match(str(_get(new, "metadata", "name") or ""))),
     ),
     Rule(
-        at=(),
-        cel=f"size(self.metadata.name) <= {naming.MAX_JOB_NAME_LENGTH}",
+        at=("metadata", "name"),
+        cel=f"size(self) <= {naming.MAX_JOB_NAME_LENGTH}",
         message=f"metadata.name must be at most {naming.MAX_JOB_NAME_LENGTH} characters so that every child "
         f"name (e.g. <name>-evaluator-{naming.MAX_REPLICAS - 1}) is a valid DNS label",
         field="metadata.name",

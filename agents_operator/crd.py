@@ -135,7 +135,9 @@ def openapi_schema() -> dict:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # The API server owns metadata; a CRD may only restrict the name, and rules there report it as
+            # the field `metadata.name`.
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
             "status": status,
         },
