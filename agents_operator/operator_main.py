@@ -26,6 +26,8 @@ from agents_operator.kube import Kube, Outcome
 
 log = logging.getLogger(__name__)
 
+GLOB_CHARACTERS = set("*?[]!")
+"""What makes a --namespace a pattern (kopf then follows the namespaces that appear and match it)."""
 STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
@@ -120,6 +122,11 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
     settings.posting.enabled = options.post_kopf_events
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 32
+    # Serving exact namespaces needs no scanning of the cluster's namespaces and CRDs, which a namespaced
+    # install is not granted: kopf would retry those 403s for about a minute before serving anything.
+    settings.scanning.disabled = not options.all_namespaces and not any(
+        set(namespace) & GLOB_CHARACTERS for namespace in options.namespaces
+    )
     if options.peering:
         settings.peering.name = options.peering
         settings.peering.priority = peering_priority(options)

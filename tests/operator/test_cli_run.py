@@ -40,3 +40,19 @@ def test_watch_timeouts_reach_kopf_as_whole_seconds():
         settings = kopf.OperatorSettings()
         operator_main.configure_settings(settings, options)
         assert isinstance(settings.watching.server_timeout, int) and settings.watching.server_timeout == 300
+
+
+def test_exact_namespaces_are_served_without_scanning_the_cluster():
+    """A namespaced install may not list namespaces or CRDs: kopf would retry those 403s for a minute."""
+    import kopf
+
+    from agents_operator import operator_main
+
+    for options, scanning in (
+        (operator_main.OperatorOptions(namespaces=["team-a", "team-b"]), False),
+        (operator_main.OperatorOptions(namespaces=["team-*"]), True),
+        (operator_main.OperatorOptions(all_namespaces=True), True),
+    ):
+        settings = kopf.OperatorSettings()
+        operator_main.configure_settings(settings, options)
+        assert settings.scanning.disabled is not scanning, options
