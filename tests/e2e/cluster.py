@@ -103,6 +103,13 @@ class Cluster:
         self.run_all(name)
         wait_for(lambda: self.state(name) == "Running", 60, "Running")
 
+    def succeeds(self, name: str = "pj") -> None:
+        """The whole lifecycle of a 1 ps + 2 worker job: created, Running, Succeeded, cleaned up."""
+        self.started(name)
+        self.set_phase(f"{name}-worker-0", "Succeeded", 0)
+        wait_for(lambda: self.state(name) == "Succeeded", 60, "Succeeded")
+        wait_for(lambda: self.live_pods(name) == {f"{name}-worker-0"} and not self.services(name), 60, "cleanup")
+
     def events(self, reason: str) -> list[dict]:
         items = self.kube.request("GET", f"/api/v1/namespaces/{self.ns}/events").get("items") or []
         return [e for e in items if e.get("reason") == reason]
