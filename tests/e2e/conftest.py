@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -85,6 +85,12 @@ def crd(kube) -> None:
 @pytest.fixture(scope="session")
 def tool_home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tool-home")
+
+
+@pytest.fixture(scope="session")
+def kubectl(tool_home) -> Callable[..., str]:
+    """The real kubectl against the cluster: its stdout, or a test failure with its stderr."""
+    return lambda *args: installs.run_tool("kubectl", *args, kubeconfig=KUBECONFIG, home=tool_home)
 
 
 @pytest.fixture(scope="session")

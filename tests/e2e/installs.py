@@ -11,6 +11,7 @@ RBAC it grants is all the operator has.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -81,7 +82,16 @@ class Install:
 
 
 def helm_install(release: str, namespace: str, kubeconfig: str, home: Path, *sets: str) -> Install:
-    """`helm upgrade --install` of the chart (values as given, otherwise its defaults)."""
+    """`helm upgrade --install` of the chart (values as given, otherwise its defaults), once a namespace of the
+    same name left by an earlier run has finished terminating."""
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    try:
+        deadline = time.monotonic() + 120
+        while _terminating(kube, namespace):
+            assert time.monotonic() < deadline, f"namespace {namespace} is still terminating"
+            time.sleep(0.5)
+    finally:
+        kube.close()
     args = ["upgrade", "--install", release, str(CHART), "--namespace", namespace, "--create-namespace"]
     for item in sets:
         args += ["--set", item]
@@ -156,22 +166,39 @@ def _port_in_use(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-class DeployedOperator:
-    """The operator of an install, run here with the args and env of its Deployment and as its ServiceAccount."""
+def _other_host(args: list[str], offset: int) -> list[str]:
+    """A second replica's args on this one machine: its ports moved by `offset`, as if it had a network
+    namespace of its own (two pods do; two processes here share one)."""
 
-    def __init__(self, kube: Kube, install: Install, admin_kubeconfig: str, workdir: Path, pod_name: str = ""):
+    def move(port: re.Match) -> str:
+        return str(int(port.group(0)) + offset)
+
+    listening = ("--liveness=", "--metrics-port=")
+    return [re.sub(r"(?<=[:=])\d+(?=/|$)", move, a) if a.startswith(listening) else a for a in args]
+
+
+class DeployedOperator:
+    """The operator of an install, run here with the args and env of its Deployment and as its ServiceAccount.
+
+    `replica` > 0 is another pod of the same Deployment (peering): its own pod name, and its ports moved so
+    that it can listen beside the first on this one machine.
+    """
+
+    def __init__(self, kube: Kube, install: Install, admin_kubeconfig: str, workdir: Path, replica: int = 0):
         self.kube = kube
         self.install = install
         self.admin_kubeconfig = admin_kubeconfig
         self.workdir = workdir
-        self.pod_name = pod_name or f"{install.deployment}-e2e"
+        self.pod_name = f"{install.deployment}-e2e-{replica}"
         self.process: subprocess.Popen | None = None
         self.log = workdir / f"{self.pod_name}.log"
         deployment = install.manifest(kube)
         container = _container(deployment)
         self.args: list[str] = list(container.get("command") or []) + list(container.get("args") or [])
-        self.env = _environment(container, self.pod_name, install.namespace)
         self.ports = [p["containerPort"] for p in container.get("ports", [])]
+        if replica:
+            self.args, self.ports = _other_host(self.args, replica), [p + replica for p in self.ports]
+        self.env = _environment(container, self.pod_name, install.namespace)
         self.health = _liveness_url(self.args)
         self.account = install.account(kube)
 
@@ -183,9 +210,7 @@ class DeployedOperator:
         assert not self.running, "already running"
         for port in self.ports:
             assert not _port_in_use(port), f"port {port} is taken here: the chart's operator listens on it"
-        kubeconfig = service_account_kubeconfig(
-            self.kube, self.admin_kubeconfig, self.install.namespace, self.account, self.workdir / "kubeconfig"
-        )
+        kubeconfig = self.kubeconfig()
         executable = Path(sys.executable).parent / "agents-operator"  # the image's ENTRYPOINT
         env = {**self.env, "KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "")}
         if os.environ.get("PYTHONPATH"):
@@ -201,6 +226,18 @@ class DeployedOperator:
             assert time.monotonic() < deadline, f"the operator did not answer {self.health}:\n{self.tail()}"
             time.sleep(0.2)
         return self
+
+    def kubeconfig(self) -> Path:
+        """A kubeconfig logged in as the Deployment's ServiceAccount (a fresh token)."""
+        path = self.workdir / f"{self.pod_name}.kubeconfig"
+        return service_account_kubeconfig(self.kube, self.admin_kubeconfig, self.install.namespace, self.account, path)
+
+    def metric(self, name: str) -> float:
+        """One sample of the operator's own /metrics (the sum over its labels)."""
+        (port,) = [a.split("=", 1)[1] for a in self.args if a.startswith("--metrics-port=")]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith((f"{name} ", f"{name}{{")))
 
     def _healthy(self) -> bool:
         try:
@@ -230,10 +267,34 @@ class DeployedOperator:
                 raise AssertionError(f"the operator ignored {signal.Signals(sig).name} for {timeout} s") from None
         return self.process.returncode
 
+    def refused(self) -> list[str]:
+        """What RBAC refused the operator (403 `... is forbidden: User "..." cannot ...`), from its log."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return [line for line in text.splitlines() if re.search(r'forbidden: User ".*" cannot', line)]
+
     def tail(self, lines: int = 60) -> str:
         if not self.log.exists():
             return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _terminating(kube: Kube, name: str) -> bool:
+    try:
+        return kube.request("GET", f"/api/v1/namespaces/{name}")["status"].get("phase") == "Terminating"
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+
+
+def namespace_exists(kube: Kube, name: str) -> bool:
+    try:
+        kube.request("GET", f"/api/v1/namespaces/{name}")
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
 
 
 def delete_namespace(kube: Kube, name: str) -> None:

@@ -2,24 +2,64 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import kubernetes_validate
 import yaml
 
-from agents_operator import cli, kube, naming
+from agents_operator import cli, kube
 
 KUBERNETES_VERSION = "1.35.0"
 """The version of the helm and kubectl under test (their client libraries are 1.35)."""
 
-NEEDED = {
-    # (apiGroup, resource): verbs, from what kube.py and handlers.py do
-    (naming.GROUP, naming.PLURAL): {"get", "list", "watch", "patch", "delete"},  # watch, kopf's marks, TTL
-    (naming.GROUP, f"{naming.PLURAL}/status"): {"patch"},
-    ("", "pods"): {"list", "watch", "create", "patch", "delete"},  # index, create, restart mark, delete
-    ("", "services"): {"list", "watch", "create", "delete"},
-    ("apps", "deployments"): {"list", "watch", "create", "delete"},  # TensorBoard
-    ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create", "delete"},  # the job's gRPC port
-    ("", "events"): {"create"},
-}
+DOCUMENTED_IN = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A row of the permissions table of docs/operations.md."""
+
+    rules: str
+    """application or framework (the Role or ClusterRole it belongs to)."""
+    when: frozenset[str]
+    """always, or the install settings that add it: cluster-wide, namespaced, peering."""
+    group: str
+    resource: str
+    verbs: frozenset[str]
+
+
+def documented_grants() -> list[Grant]:
+    """The operator's grants as docs/operations.md states them: the one list the RBAC tests hold installs to."""
+    text = DOCUMENTED_IN.read_text()
+    table = text[text.index("| rules | when |") :].split("\n\n")[0].splitlines()[2:]
+    grants = []
+    for line in table:
+        rules, when, group, resource, verbs, _why = (cell.strip().strip("`") for cell in line.strip("|").split("|"))
+        grants.append(
+            Grant(
+                rules,
+                frozenset(w.strip() for w in when.split(",")),
+                "" if group == "core" else group,
+                resource,
+                frozenset(v.strip() for v in verbs.split(",")),
+            )
+        )
+    return grants
+
+
+def grants(*, cluster_wide: bool, peering: bool, rules: str | None = None) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs the operator's account has in an install of that kind."""
+    settings = {"always", "cluster-wide" if cluster_wide else "namespaced"} | ({"peering"} if peering else set())
+    out: dict[tuple[str, str], set[str]] = {}
+    for grant in documented_grants():
+        if grant.when <= settings and rules in (None, grant.rules):
+            out.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
+    return out
+
+
+NEEDED = grants(cluster_wide=True, peering=False, rules="application") | {("", "events"): {"create"}}
+"""What kube.py and handlers.py do to jobs and their children, and their Events."""
 
 
 def documents(text: str) -> list[dict]:

@@ -177,16 +177,13 @@ def test_application_rules_are_exactly_what_the_operator_does(rendered, scenario
     assert manifests.application_resources() <= set(manifests.NEEDED)
 
 
-def test_framework_rules(rendered):
-    cluster = manifests.granted(_rules(rendered["cluster"], "framework"))
-    assert cluster == {
-        ("", "events"): {"create"},
-        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-    }
-    ha = manifests.granted(_rules(rendered["cluster-ha-everything"], "framework"))
-    assert ha[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
-    namespaced = manifests.granted(_rules(rendered["namespaced-ha"], "framework"))
-    assert namespaced == {("", "events"): {"create"}, ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
+@pytest.mark.parametrize(
+    ("scenario", "cluster_wide", "peering"),
+    [("cluster", True, False), ("cluster-ha-everything", True, True), ("namespaced-ha", False, True)],
+)
+def test_framework_rules_are_the_documented_ones(rendered, scenario, cluster_wide, peering):
+    rules = manifests.granted(_rules(rendered[scenario], "framework"))
+    assert rules == manifests.grants(cluster_wide=cluster_wide, peering=peering, rules="framework")
 
 
 def _container(docs: list[dict]) -> dict:
