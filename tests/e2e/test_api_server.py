@@ -193,6 +193,7 @@ def test_a_stale_write_is_refused_and_the_operators_status_survives_concurrent_e
     with pytest.raises(ApiError) as err:
         cluster.kube.request("PUT", path, body=stale)  # a client that read before the others wrote
     assert err.value.status == 409
+
     def caught_up() -> bool:
         job = cluster.job()
         return job["status"].get("observedGeneration") == job["metadata"]["generation"]
