@@ -21,7 +21,7 @@ from agents_operator.config import TrainerConfig
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
 SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
 ShortText = Annotated[str, Field(max_length=253)]
 DEFAULT_ENV_SERVER_PORT = 50051
 
@@ -274,7 +274,10 @@ class AgentsJobSpec(CamelModel):
 
 
 class Condition(CamelModel):
-    type: ConditionType = Field(description="Created, Running, Restarting, Succeeded, Failed or Suspended.")
+    type: ConditionType = Field(
+        description="Created, Running, Restarting, Succeeded, Failed, Suspended, or ReplicaFailure (the API "
+        "server refuses to create a child: its message says why)."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds now.")
     reason: str | None = Field(None, max_length=1024, description="CamelCase cause, e.g. BackoffLimitExceeded.")
     message: str | None = Field(None, max_length=32768, description="The cause in a sentence.")

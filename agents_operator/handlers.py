@@ -18,7 +18,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,11 +146,25 @@ class Controller:
             self._learn(key, memory, plan, outcome)
             if self.metrics:
                 self.metrics.observe(plan, outcome, time.perf_counter() - started)
-            self.set_state(key, None if outcome.job_gone or outcome.job_deleted else plan.status.get("state"))
-            if plan.requeue_after is not None and not (outcome.job_gone or outcome.job_deleted):
+            gone = outcome.job_gone or outcome.job_deleted
+            if outcome.refused and not gone:
+                plan = await self._report_refusals(key, job, plan, outcome.refused, memory)
+            self.set_state(key, None if gone else plan.status.get("state"))
+            if plan.requeue_after is not None and not gone:
                 self.wake_later(key, plan.requeue_after)
+            if outcome.refused and not gone:
+                raise Refused(outcome.refused)
             memory.failures = 0
             return plan
+
+    async def _report_refusals(
+        self, key: Key, job: dict, plan: reconcile.Plan, refusals: list[reconcile.Refusal], memory: JobMemory
+    ) -> reconcile.Plan:
+        """Write the refusals into the job's status and Events at once (the retry comes later, backed off)."""
+        report = reconcile.refused(plan.status, refusals, self.now())
+        outcome = await asyncio.to_thread(self.kube.execute, job, report, self.now())
+        self._learn(key, memory, report, outcome)
+        return replace(report, requeue_after=plan.requeue_after)
 
     def _overlay(self, job: dict, pods: list, memory: JobMemory) -> tuple[dict, list]:
         indexed_status = job.get("status") or {}
@@ -226,16 +240,20 @@ class Controller:
                 try:
                     await self.reconcile(key)
                 except Exception as err:  # one job's trouble never stops the operator
-                    memory = self.memory.setdefault(key, JobMemory())
-                    memory.failures += 1
-                    delay = min(self.options.max_backoff, 0.5 * 2**memory.failures)
-                    if self.metrics:
-                        self.metrics.errors.inc()
-                    log.warning("reconcile of %s/%s failed (retry in %.1f s): %s", *key, delay, _brief(err))
-                    self.dirty.discard(key)
-                    self.wake_later(key, delay)
+                    self.back_off(key, err)
         finally:
             self.tasks.pop(key, None)
+
+    def back_off(self, key: Key, err: BaseException) -> None:
+        """A reconcile failed: try again later, twice as late after each failure in a row (up to max_backoff)."""
+        memory = self.memory.setdefault(key, JobMemory())
+        memory.failures += 1
+        delay = min(self.options.max_backoff, 0.5 * 2**memory.failures)
+        if self.metrics:
+            self.metrics.errors.inc()
+        log.warning("reconcile of %s/%s failed (retry in %.1f s): %s", *key, delay, _brief(err))
+        self.dirty.discard(key)
+        self.wake_later(key, delay)
 
     def wake_later(self, key: Key, seconds: float) -> None:
         old = self.wakeups.pop(key, None)
@@ -322,6 +340,15 @@ class Controller:
         return progress
 
 
+class Refused(Exception):
+    """The API server refused to create some of a job's children (reported; the reconcile is retried later)."""
+
+    def __init__(self, refusals: list[reconcile.Refusal]):
+        self.refusals = refusals
+        names = ", ".join(f"{r.kind.lower()} {r.name}" for r in refusals)
+        super().__init__(f"the API server refused {names}: {refusals[0].message}")
+
+
 def _same_status(indexed: dict, written: dict) -> bool:
     """Whether the watch has caught up with our write (progress is written separately, so it is ignored)."""
     strip = {"progress"}
@@ -343,7 +370,7 @@ def _describe_action(action: reconcile.Action) -> str:
 
 
 def _brief(err: BaseException) -> str:
-    return str(err) if isinstance(err, ApiError | OSError) else f"{type(err).__name__}: {err}"
+    return str(err) if isinstance(err, ApiError | OSError | Refused) else f"{type(err).__name__}: {err}"
 
 
 # --- kopf handlers ---------------------------------------------------------------------------------------
@@ -401,6 +428,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         controller.remember_indexes(kwargs)
         try:
             await controller.reconcile(key, _job_value(body))
+        except Refused as err:  # reported in the job's status and Events; retried by our own backoff
+            controller.back_off(key, err)
         except (ApiError, OSError) as err:
             raise kopf.TemporaryError(f"reconcile failed: {_brief(err)}", delay=5) from err
 

@@ -63,7 +63,13 @@ class ApiError(Exception):
             message = json.loads(body).get("message") or body
         except (ValueError, AttributeError):
             message = body
-        super().__init__(f"HTTP {status_code}: {str(message)[:500]}")
+        self.message = str(message)[:500]
+        super().__init__(f"HTTP {status_code}: {self.message}")
+
+
+REFUSED = (400, 403, 422)
+"""What the API server answers when it will not take an object as it is (admission: quota, policy, a namespace
+being deleted; validation): the same create will not succeed until something else changes."""
 
 
 @dataclass
@@ -78,6 +84,8 @@ class Outcome:
     """The job disappeared while we worked (404 on its status): nothing more to do."""
     done: list = field(default_factory=list)
     """Actions carried out (some of them when `execute` raised: the exception has this outcome as `.outcome`)."""
+    refused: list[reconcile.Refusal] = field(default_factory=list)
+    """Creates the API server refused (`REFUSED`); the other creates of the plan were still attempted."""
 
 
 class Kube:
@@ -295,10 +303,12 @@ class Kube:
                 )
         creates = plan.of(reconcile.Create)
         for batch in ([c for c in creates if c.kind != "Pod"], [c for c in creates if c.kind == "Pod"]):
-            results = self._parallel(lambda a: self.create(a.obj), batch)
+            results = self._parallel(self._create_or_refusal, batch)
             outcome.done += batch
             for action, created in zip(batch, results, strict=True):
-                if created:
+                if isinstance(created, reconcile.Refusal):
+                    outcome.refused.append(created)
+                elif created:
                     outcome.created[action.kind] += 1
                     events.append(("Normal", "SuccessfulCreate", f"Created {action.kind.lower()} {action.name}"))
         for action in plan.of(reconcile.DeleteJob):
@@ -307,6 +317,15 @@ class Kube:
             outcome.done.append(action)
         events += [(e.type, e.reason, e.message) for e in plan.events]
         self._parallel(lambda e: self.post_event(job, e[0], e[1], e[2], now), events)
+
+    def _create_or_refusal(self, action: reconcile.Create) -> bool | reconcile.Refusal:
+        """`create`, with a refusal of the object returned rather than raised (other errors are raised)."""
+        try:
+            return self.create(action.obj)
+        except ApiError as err:
+            if err.status not in REFUSED:
+                raise
+            return reconcile.Refusal(action.kind, action.name, err.status, err.message)
 
     def _parallel(self, fn: Any, items: list) -> list:
         """fn over items on the client's threads, results in order; the first error is raised."""

@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from agents_operator import naming, reconcile, render
+from agents_operator import naming, reconcile, render, status
 from agents_operator.handlers import Controller, ControllerOptions, register
 from agents_operator.kube import Kube, Outcome
 
@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 GLOB_CHARACTERS = set("*?[]!")
 """What makes a --namespace a pattern (kopf then follows the namespaces that appear and match it)."""
-STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
 @dataclass
@@ -84,7 +83,7 @@ class OperatorMetrics:
         )
         self.restarts = Counter("agents_operator_restarts", "Failed pods replaced.", registry=self.registry)
         self.errors = Counter("agents_operator_reconcile_errors", "Reconciles that failed.", registry=self.registry)
-        for state in STATES:
+        for state in status.ORDER:
             self.jobs.labels(state).set(0)
 
     def observe(self, plan: reconcile.Plan, outcome: Outcome, seconds: float) -> None:
@@ -97,7 +96,7 @@ class OperatorMetrics:
             self.restarts.inc(len(plan.of(reconcile.MarkCounted)))
 
     def set_states(self, states: Iterable[str | None]) -> None:
-        counts = dict.fromkeys(STATES, 0)
+        counts = dict.fromkeys(status.ORDER, 0)
         for state in states:
             if state in counts:
                 counts[state] += 1

@@ -87,6 +87,18 @@ Action = Create | Delete | MarkCounted | WriteStatus | DeleteJob
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A child the API server refused to create (admission such as a quota or a policy, or validation)."""
+
+    kind: str
+    name: str
+    code: int
+    """The HTTP status: 403, 422 or 400."""
+    message: str
+    """The API server's own words (they name the child and the rule)."""
+
+
+@dataclass(frozen=True)
 class Event:
     type: str
     """Normal or Warning."""
@@ -368,8 +380,8 @@ def plan(
     if outcome is not None:
         state, reason, message = outcome
         b.marks.clear()  # the job ends: nothing will be replaced
-        b.condition("Running", False, reason, message)
-        b.condition("Restarting", False, reason, message)
+        for ended in ("Running", "Restarting", "ReplicaFailure"):
+            b.condition(ended, False, reason, message)
         b.condition(state, True, reason, message)
         st.completion_time = status.timestamp(now)
         _cleanup(
@@ -419,6 +431,8 @@ def plan(
         if (replica_type, index) not in slots:
             b.creates.append(Create(render.pod(spec_job, replica_type, index, options)))
             created_pods = True
+    if not b.creates:
+        b.condition("ReplicaFailure", False, "ChildrenCreated", "every child of the job exists")
     if st.start_time is None and (created_pods or any(not p.terminating for p in slots.values())):
         st.start_time = status.timestamp(now)
         if run.active_deadline_seconds:
@@ -449,3 +463,21 @@ def _ttl(b: _Builder, ttl: int | None, st: AgentsJobStatus, now: datetime) -> No
         b.job_delete = DeleteJob(f"finished {ttl} s ago (ttlSecondsAfterFinished)")
     else:
         b.requeue(remaining)
+
+
+def refused(job_status: Mapping[str, Any], refusals: list[Refusal], now: datetime) -> Plan:
+    """What to do when the API server refused to create children: condition ReplicaFailure (reason
+    FailedCreate) with its message, and a Warning Event naming each child, posted when the condition turns
+    True or its message changes (not on every retry). The next plan that finds every child in place sets
+    the condition False."""
+    old = dict(job_status)
+    b = _Builder(status.parse_status(old), now)
+    before = status.get_condition(b.status, "ReplicaFailure")
+    more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+    message = f"{refusals[0].message}{more}"
+    if before is None or before.status != "True" or before.message != message:
+        b.events += [
+            Event("Warning", "FailedCreate", f"Error creating {r.kind.lower()} {r.name}: {r.message}") for r in refusals
+        ]
+    status.set_condition(b.status, "ReplicaFailure", True, "FailedCreate", message, now)
+    return b.finish(old)

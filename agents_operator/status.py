@@ -160,10 +160,12 @@ def overlay(
 
 # --- conditions ------------------------------------------------------------------------------------------
 
-PRECEDENCE = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
-"""When several conditions are True, state is the first of these (terminal ones win)."""
+PRECEDENCE = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "ReplicaFailure", "Created")
+"""When several conditions are True, state is the first of these (terminal ones win; a job whose pods the
+API server refuses shows ReplicaFailure until they run, rather than a Created that will not progress)."""
 
-ORDER = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+ORDER = ("Created", "ReplicaFailure", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+"""The order of status.conditions, and of the states the operator counts."""
 
 
 def timestamp(now: datetime) -> str:

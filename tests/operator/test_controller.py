@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
@@ -21,6 +22,8 @@ class FakeKube:
     def __init__(self) -> None:
         self.plans: list[reconcile.Plan] = []
         self.fail_after: int | None = None
+        self.refuse: set[str] = set()
+        """Names of children whose create the API server refuses."""
 
     def execute(self, job, plan, now=None) -> Outcome:
         self.plans.append(plan)
@@ -33,6 +36,8 @@ class FakeKube:
             outcome.done.append(action)
             if isinstance(action, reconcile.WriteStatus):
                 outcome.status_written = True
+            if isinstance(action, reconcile.Create) and action.name in self.refuse:
+                outcome.refused.append(reconcile.Refusal(action.kind, action.name, 403, "exceeded quota"))
         return outcome
 
     def get(self, *args):
@@ -120,3 +125,25 @@ async def test_children_of_a_job_that_is_gone_are_deleted():
     controller.kube.delete = lambda kind, ns, name, grace=None: deleted.append((kind, name))  # type: ignore[attr-defined]
     await controller.reconcile(KEY)
     assert sorted(deleted) == sorted([("Pod", n) for n in world.pods] + [("Service", n) for n in world.services])
+
+
+async def test_refused_children_are_reported_at_once_and_retried_with_backoff():
+    world = World(make_job())
+    controller, fake = controller_for(world)
+    fake.refuse = {"pj-ps-0", "pj-worker-0", "pj-worker-1"}
+    for failures in (1, 2, 3):
+        if KEY in controller.wakeups:
+            controller.wakeups[KEY].cancel()
+        controller._wake(KEY)  # the wake-up the last failure scheduled (not waited for)
+        await controller.tasks[KEY]
+        report = fake.plans[-1]  # the reconcile's second plan: the refusals, in the same reconcile
+        assert report.status["state"] == "ReplicaFailure"
+        assert [e.reason for e in report.events] == (
+            ["FailedCreate"] * 6 if failures == 1 else []
+        )  # 3 Services, 3 Pods
+        assert controller.memory[KEY].failures == failures
+        assert controller.wakeups[KEY].when() - asyncio.get_running_loop().time() > 0.5 * 2**failures - 0.1
+    fake.refuse = set()
+    await controller.reconcile(KEY)
+    assert controller.memory[KEY].failures == 0
+    await controller.shutdown()

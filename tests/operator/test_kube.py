@@ -124,3 +124,37 @@ def test_connection_info_for_kopf_uses_the_same_credentials(tmp_path):
     assert info["server"] == "https://10.0.0.1:6443"
     assert (info["scheme"], info["token"]) == ("Bearer", "abc")
     assert info["insecure"] is True
+
+
+@attrs.frozen
+class QuotaExceeded(kmock.KubernetesError):
+    status: int = 403
+    reason: str = "Forbidden"
+    message: str = 'pods "pj-worker-1" is forbidden: exceeded quota: q'
+
+
+async def test_refused_creates_are_returned_and_the_rest_of_the_plan_still_runs(client, kmock):
+    job = make_job()
+    kmock.objects["agents.dev/v1alpha1/agentsjobs", "ns", "pj"] = job
+    kmock["post /api/v1/namespaces/ns/pods", kmock.data({"metadata": {"name": "pj-worker-1"}})] << QuotaExceeded
+    plan = reconcile.plan(job, [], now=NOW)
+    outcome = await asyncio.to_thread(client.execute, job, plan, NOW)
+    assert outcome.refused == [
+        reconcile.Refusal("Pod", "pj-worker-1", 403, 'pods "pj-worker-1" is forbidden: exceeded quota: q')
+    ]
+    assert outcome.created["Pod"] == 2 and outcome.created["Service"] == 3  # the others were created
+
+
+@attrs.frozen
+class InternalError(kmock.KubernetesError):
+    status: int = 500
+    reason: str = "InternalError"
+    message: str = "etcdserver: request timed out"
+
+
+async def test_other_api_errors_still_raise(client, kmock):
+    kmock["post /api/v1/namespaces/ns/pods"] << InternalError
+    job = make_job()
+    kmock.objects["agents.dev/v1alpha1/agentsjobs", "ns", "pj"] = job
+    with pytest.raises(kube.ApiError, match="HTTP 500"):
+        await asyncio.to_thread(client.execute, job, reconcile.plan(job, [], now=NOW), NOW)

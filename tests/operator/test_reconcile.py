@@ -527,3 +527,47 @@ def test_sidecar_placement_adds_containers_not_pods():
     assert [c.name for c in plan.of(Create) if c.kind == "Pod"] == ["pj-ps-0", "pj-worker-0", "pj-worker-1"]
     worker = next(c.obj for c in plan.of(Create) if c.kind == "Pod" and c.name == "pj-worker-0")
     assert [c["name"] for c in worker["spec"]["initContainers"]] == ["env-server"]
+
+
+# --- children the API server refuses -----------------------------------------------------------------------
+
+
+def _refusal(pod: str) -> reconcile.Refusal:
+    return reconcile.Refusal("Pod", pod, 403, f'pods "{pod}" is forbidden: exceeded quota: q, limited: pods=0')
+
+
+def test_refused_children_are_a_condition_with_the_api_message_and_an_event_each():
+    world = World(make_job())
+    world.apply(world.plan())
+    refusals = [_refusal("pj-worker-0"), _refusal("pj-worker-1")]
+    report = reconcile.refused(world.status, refusals, NOW)
+    world.apply(report)
+    cond = world.condition("ReplicaFailure")
+    assert cond["status"] == "True" and cond["reason"] == "FailedCreate"
+    assert cond["message"] == refusals[0].message + " (and 1 more)"
+    assert world.status["state"] == "ReplicaFailure"  # not a Created that will never progress
+    assert [(e.type, e.reason) for e in report.events] == [("Warning", "FailedCreate")] * 2
+    assert "pod pj-worker-1" in report.events[1].message and "exceeded quota" in report.events[1].message
+    # The retry is refused the same way: nothing new to say.
+    again = reconcile.refused(world.status, refusals, NOW)
+    assert again.events == [] and again.status_patch == {}
+
+
+def test_a_refusal_clears_once_every_child_exists():
+    world = World(make_job())
+    world.apply(world.plan())
+    world.apply(reconcile.refused(world.status, [_refusal("pj-ps-0")], NOW))
+    world.settle()  # the quota was lifted: the next plans create what was missing
+    assert world.condition("ReplicaFailure")["status"] == "False"
+    assert world.status["state"] == "Created"
+    world.run_all()
+    world.settle()
+    assert world.status["state"] == "Running"
+
+
+def test_a_job_that_ends_while_refused_keeps_no_refusal():
+    world = World(make_job(deadline=60))
+    world.apply(world.plan())
+    world.apply(reconcile.refused(world.status, [_refusal("pj-ps-0")], NOW))
+    world.step(minutes=2)
+    assert world.status["state"] == "Failed" and world.condition("ReplicaFailure")["status"] == "False"
