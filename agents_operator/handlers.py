@@ -428,10 +428,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         controller.remember_indexes(kwargs)
         try:
             await controller.reconcile(key, _job_value(body))
-        except Refused as err:  # reported in the job's status and Events; retried by our own backoff
+        except Exception as err:  # retried by the controller's own backoff, as after any other trigger
             controller.back_off(key, err)
-        except (ApiError, OSError) as err:
-            raise kopf.TemporaryError(f"reconcile failed: {_brief(err)}", delay=5) from err
 
     @kopf.on.resume(*JOBS, id="reconcile", registry=registry)
     @kopf.on.create(*JOBS, id="reconcile", registry=registry)

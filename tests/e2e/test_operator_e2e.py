@@ -6,7 +6,9 @@ status subresource with schema pruning, garbage collection, CRD validation.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 
 import pytest
 
@@ -121,8 +123,9 @@ def test_pod_deleted_by_hand_is_recreated_and_not_counted(cluster, kube):
     assert cluster.status()["restarts"] == 0
 
 
-def test_invalid_spec_fails_with_invalid_spec(cluster):
+def test_invalid_spec_fails_with_invalid_spec_and_others_are_served(cluster):
     cluster.create_job("bad", preset="no_such_preset")
+    cluster.started("good")
     wait_for(lambda: cluster.state("bad") == "Failed", 60, "Failed")
     assert cluster.status("bad")["conditions"][-1]["reason"] == "InvalidSpec"
     assert cluster.events("InvalidSpec")
@@ -200,3 +203,27 @@ def test_sidecar_pods_are_accepted_and_bad_placements_rejected_by_the_crd(cluste
         )
     assert err.value.status == 422 and "environments is immutable" in str(err.value)
     assert cluster.job()["spec"]["environments"] == job["spec"]["environments"]
+
+
+def test_children_orphaned_by_a_deletion_are_deleted_by_the_operator(cluster):
+    """`propagationPolicy: Orphan` makes the garbage collector leave the children without an owner: the
+    operator recognises them by label and name and deletes them once the API confirms the job is gone."""
+    cluster.started()
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"}
+    cluster.kube.request("DELETE", f"{jobs_path(cluster.ns)}/pj", body=body)
+    wait_for(lambda: cluster.job() is None, 60, "job deleted")
+    wait_for(lambda: not cluster.live_pods() and not cluster.services(), 60, "orphans deleted")
+
+
+def test_probes_and_metrics_where_the_chart_points_them(cluster, operator):
+    cluster.started()
+
+    def probed_running() -> int:
+        with urllib.request.urlopen(operator.health, timeout=5) as response:
+            assert response.status == 200
+            return json.loads(response.read())["jobs"].get("Running", 0)
+
+    wait_for(probed_running, 30, "Running in the probe (kopf keeps a probe's result for 10 s)")
+    wait_for(lambda: operator.metric('agents_operator_jobs{state="Running"}') >= 1, 30, "jobs gauge")
+    assert operator.metric("agents_operator_children_created_total") >= 7
+    assert operator.metric("agents_operator_reconcile_seconds_count") >= 1
