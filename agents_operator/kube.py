@@ -40,6 +40,8 @@ RESOURCES = {
     naming.KIND: (naming.GROUP, naming.VERSION, naming.PLURAL),
 }
 MERGE_PATCH = "application/merge-patch+json"
+POOL_THREADS = 16
+"""Threads on which one client runs the independent actions of plans (the operator's API concurrency)."""
 
 
 def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
@@ -87,7 +89,7 @@ class Kube:
         self.api = api
         self.timeout = timeout
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
-        self.pool = ThreadPoolExecutor(16, thread_name_prefix="kube")
+        self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="kube")
 
     @classmethod
     def connect(
