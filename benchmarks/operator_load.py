@@ -14,17 +14,21 @@ Two phases, each in a namespace of its own (deleted at the end, and waited for):
    (`kube.POOL_THREADS`). No operator runs, so this is the API server's own limit for the same objects.
 2. operator: `agents-operator run --namespace NS --metrics-port PORT` as a subprocess, default flags
    otherwise. After a warm-up job (which also shows that its watches are up) the same jobs are created the
-   same way, and then the benchmark plays the kubelet: for every job (`--concurrency` at a time) it patches
-   the job's pods to Running through pods/status, one after the other.
+   same way. Once the operator's backlog is done, the benchmark plays the kubelet: for every job
+   (`--concurrency` at a time) it patches the job's pods to Running through pods/status, one after the
+   other. Last, `--single` more jobs are created one at a time, each once the one before has its children.
 
-The figures (seconds, measured from watch events, so nothing is polled):
-- `children_p50/p99`: from a job's creation (its POST answered) until all its children exist;
-- `all_children`: from sending the first job's POST until every job's children exist; `ratio` is the
-  operator's over the bare client's;
-- `status_running_p50/p99` (operator only): from sending the pod patch that makes the last of a job's pods
-  Running until the job's status says Running;
-- `peak_rss_mib`: the operator's VmHWM; `reconciles`, `reconcile_mean_s`, `reconcile_errors`: from its
-  /metrics, after the children phase and at the end.
+The figures (seconds; times of objects come from watch events, nothing is polled):
+- `children_p50_s/p99_s`: from a job's creation (its POST answered) until all its children exist;
+- `all_children_s`: from sending the first job's POST until every job's children exist;
+  `ratio_all_children` is the operator's over the bare client's;
+- `settled_s`: from the first POST until the operator's reconcile count stopped rising (1 s resolution);
+- `status_running_p50_s/p99_s`: from sending the patch that makes the last of a job's pods Running until the
+  job's status says Running; `all_running_s`: from the first patch until every job says so;
+- `single_children_p50_s`: create->children of the jobs created one at a time (no burst);
+- `peak_rss_mib`: the operator's VmHWM; and, counted from the end of the warm-up, once the burst has
+  settled and at the end: `cpu_s` (its user+system CPU) and `reconciles`, `reconcile_mean_s`,
+  `reconcile_errors` (its /metrics).
 Pods are pinned to a node that does not exist, so on a cluster with nodes nothing runs them either.
 """
 
@@ -252,16 +256,42 @@ def start_operator(namespace: str, kubeconfig: str, metrics_port: int, log: Path
         )
 
 
-def operator_metrics(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
-    count = samples.get("agents_operator_reconcile_seconds_count", 0)
-    return {
-        "reconciles": int(count),
-        "reconcile_mean_s": round(samples.get("agents_operator_reconcile_seconds_sum", 0) / max(1, count), 3),
-        "reconcile_errors": int(samples.get("agents_operator_reconcile_errors_total", 0)),
-    }
+class OperatorGauge:
+    """The operator's reconcile counters (its /metrics) and CPU time, counted from the moment it was made."""
+
+    def __init__(self, pid: int, port: int):
+        self.pid, self.port = pid, port
+        self.base = self.samples()
+
+    def samples(self) -> dict[str, float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+        samples["cpu_s"] = cpu_seconds(self.pid)
+        return samples
+
+    def read(self) -> dict:
+        now = self.samples()
+        delta = {name: value - self.base.get(name, 0) for name, value in now.items()}
+        count = delta.get("agents_operator_reconcile_seconds_count", 0)
+        return {
+            "reconciles": int(count),
+            "reconcile_mean_s": round(delta.get("agents_operator_reconcile_seconds_sum", 0) / max(1, count), 3),
+            "reconcile_errors": int(delta.get("agents_operator_reconcile_errors_total", 0)),
+            "cpu_s": round(delta["cpu_s"], 1),
+        }
+
+
+def settle(gauge: OperatorGauge, deadline: float) -> float:
+    """Until the operator's reconcile count stands still for a second (its backlog is done); when that began."""
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        count = gauge.read()["reconciles"]
+        if count == last:
+            return since
+        last, since = count, time.monotonic()
+        time.sleep(1.0)
+    return since
 
 
 def cpu_seconds(pid: int) -> float:
@@ -341,18 +371,18 @@ def operator_phase(kube: Kube, namespace: str, manifests: list[dict], args: argp
     operator = start_operator(namespace, args.kubeconfig, port, args.operator_log)
     try:
         warm_up(kube, namespace, watch, operator, args)
-        cpu_before = cpu_seconds(operator.pid)
+        settle(OperatorGauge(operator.pid, port), time.monotonic() + args.timeout)  # the warm-up's own echoes
+        gauge = OperatorGauge(operator.pid, port)
         started = time.monotonic()
         created = create_jobs(kube, manifests, args.concurrency)
         watch.wait([c for objs in children.values() for c in objs], started + args.timeout)
         figures = children_figures(started, created, {job: watch.ready_at(objs) for job, objs in children.items()})
-        figures["after_children"] = operator_metrics(port)
-        figures["after_children"]["cpu_s"] = round(cpu_seconds(operator.pid) - cpu_before, 1)
+        figures["settled_s"] = round(settle(gauge, started + args.timeout) - started, 3)
+        figures["after_burst"] = gauge.read()
         figures |= status_figures(kube, namespace, children, args)
         figures |= one_at_a_time(kube, namespace, watch, args)
         figures["peak_rss_mib"] = peak_rss_mib(operator.pid)
-        figures["at_end"] = operator_metrics(port)
-        figures["at_end"]["cpu_s"] = round(cpu_seconds(operator.pid) - cpu_before, 1)
+        figures["at_end"] = gauge.read()
         return figures
     finally:
         operator.send_signal(signal.SIGINT)
