@@ -40,6 +40,10 @@ RESOURCES = {
     naming.KIND: (naming.GROUP, naming.VERSION, naming.PLURAL),
 }
 MERGE_PATCH = "application/merge-patch+json"
+POOL_THREADS = 16
+"""Threads on which one client runs the independent actions of plans (the operator's API concurrency)."""
+CALLER_THREADS = 32
+"""Threads that may call one client at once besides its own: the operator's default executor (`to_thread`)."""
 
 
 def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
@@ -95,7 +99,7 @@ class Kube:
         self.api = api
         self.timeout = timeout
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
-        self.pool = ThreadPoolExecutor(16, thread_name_prefix="kube")
+        self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="kube")
 
     @classmethod
     def connect(
@@ -112,7 +116,9 @@ class Kube:
                 kubernetes.config.load_incluster_config(client_configuration=config)
             except kubernetes.config.ConfigException:
                 kubernetes.config.load_kube_config(client_configuration=config)
-        config.connection_pool_maxsize = 32
+        # A connection for every thread that may use one at once: a smaller pool discards connections under
+        # load ("Connection pool is full"), and each discarded one is a new TLS handshake later.
+        config.connection_pool_maxsize = POOL_THREADS + CALLER_THREADS
         return cls(kubernetes.client.ApiClient(config), timeout=timeout)
 
     def close(self) -> None:

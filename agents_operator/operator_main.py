@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from agents_operator import naming, reconcile, render, status
 from agents_operator.handlers import Controller, ControllerOptions, register
-from agents_operator.kube import Kube, Outcome
+from agents_operator.kube import CALLER_THREADS, Kube, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,9 @@ async def serve(
     controller_hook: Any = None,
 ) -> None:
     """Run the operator until `stop_flag` (or a signal)."""
-    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(32, "agents-kube"))
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(CALLER_THREADS, "agents-kube")
+    )
     registry, controller = build(options, kube)
     if controller_hook:
         controller_hook(controller)
