@@ -41,13 +41,15 @@ MEMORY_SECONDS = 60.0
 
 @dataclass
 class JobMemory:
-    """Writes this operator made for one job that the watch may not have delivered yet."""
+    """What the operator keeps about one job between reconciles: writes it made that the watch may not have
+    delivered yet, and what the job's spec renders to."""
 
     written_status: dict | None = None
     written_at: float = 0.0
     deleting: set[str] = field(default_factory=set)
     counted: dict[str, int] = field(default_factory=dict)
     failures: int = 0
+    desired: reconcile.DesiredCache = field(default_factory=reconcile.DesiredCache)
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Controller:
             memory = self.memory.setdefault(key, JobMemory())
             job, pods = self._overlay(job, pods, memory)
             started = time.perf_counter()
-            plan = reconcile.plan(job, pods, services, deployments, now=self.now(), options=self.options.render)
+            plan = await self.plan(job, pods, services, deployments, memory.desired)
             if plan.actions:
                 log.debug("%s/%s: %s", *key, ", ".join(_describe_action(a) for a in plan.actions))
             try:
@@ -151,6 +153,22 @@ class Controller:
                 self.wake_later(key, plan.requeue_after)
             memory.failures = 0
             return plan
+
+    async def plan(
+        self, job: dict, pods: list, services: list, deployments: list, cache: reconcile.DesiredCache
+    ) -> reconcile.Plan:
+        """`reconcile.plan` on a worker thread: for a large job it takes longer than the event loop may stall,
+        and every watch, probe and other job waits on the loop. The loop only waits for the result."""
+        return await asyncio.to_thread(
+            reconcile.plan,
+            job,
+            pods,
+            services,
+            deployments,
+            now=self.now(),
+            options=self.options.render,
+            cache=cache,
+        )
 
     def _overlay(self, job: dict, pods: list, memory: JobMemory) -> tuple[dict, list]:
         indexed_status = job.get("status") or {}

@@ -19,7 +19,7 @@ import kmock
 import pytest
 import pytest_asyncio
 
-from agents_operator import kube, naming, operator_main, status
+from agents_operator import kube, naming, operator_main, reconcile, render, status
 from agents_operator.handlers import Controller
 
 from .world import make_job
@@ -368,6 +368,25 @@ async def test_liveness_probe_and_metrics_endpoint(cluster):
     assert samples["agents_operator_jobs"] >= 0  # labelled samples: the last one read
     assert 'agents_operator_jobs{state="Running"} 1.0' in text
     assert samples["agents_operator_children_created_total"] >= 3
+
+
+async def test_planning_and_rendering_run_off_the_event_loop(cluster, monkeypatch):
+    on_loop: list[tuple[str, bool]] = []
+
+    def recording(module, name):
+        original = getattr(module, name)
+
+        def call(*args, **kwargs):
+            on_loop.append((name, asyncio._get_running_loop() is not None))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    for module, name in ((reconcile, "plan"), (render, "pod"), (render, "non_pod_children")):
+        recording(module, name)
+    await started(cluster)
+    assert {name for name, _ in on_loop} == {"plan", "pod", "non_pod_children"}
+    assert not any(loop for _, loop in on_loop)
 
 
 async def test_peering_a_standby_waits_and_takes_over_when_the_active_one_stops():
