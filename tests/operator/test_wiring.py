@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -148,7 +149,12 @@ class OperatorThread:
         )
         self.stop_flag = threading.Event()
         self.controllers: list[Controller] = []
+        self.loops: list[asyncio.AbstractEventLoop] = []
         self.thread: threading.Thread | None = None
+
+    def hook(self, controller: Controller) -> None:
+        self.controllers.append(controller)
+        self.loops.append(asyncio.get_running_loop())
 
     async def start(self) -> Controller:
         ready = threading.Event()
@@ -160,7 +166,7 @@ class OperatorThread:
                     kube=UidKube.connect(host=str(self.server.url)),
                     stop_flag=self.stop_flag,
                     ready_flag=ready,
-                    controller_hook=self.controllers.append,
+                    controller_hook=self.hook,
                 )
             )
 
@@ -169,6 +175,7 @@ class OperatorThread:
         assert await asyncio.to_thread(ready.wait, 15), "the operator did not start"
         controller = self.controllers[0]
         controller.options_for_tests = self.options  # type: ignore[attr-defined]
+        controller.loop_for_tests = self.loops[0]  # type: ignore[attr-defined]
         controller.metrics_url = lambda job, ns, port: f"{self.server.url}/metrics/{ns}/{job}"
         return controller
 
@@ -387,6 +394,20 @@ async def test_planning_and_rendering_run_off_the_event_loop(cluster, monkeypatc
     await started(cluster)
     assert {name for name, _ in on_loop} == {"plan", "pod", "non_pod_children"}
     assert not any(loop for _, loop in on_loop)
+
+
+async def test_a_blocking_call_on_the_event_loop_shows_in_the_lag_metric(cluster):
+    registry = cluster.controller.metrics.registry
+
+    def over(seconds: str) -> float:
+        count = registry.get_sample_value("agents_operator_event_loop_lag_seconds_count") or 0.0
+        return count - (
+            registry.get_sample_value("agents_operator_event_loop_lag_seconds_bucket", {"le": seconds}) or 0.0
+        )
+
+    before = over("0.25")
+    cluster.controller.loop_for_tests.call_soon_threadsafe(time.sleep, 0.5)
+    await cluster.until(lambda: over("0.25") > before, what="a lag over 0.25 s")
 
 
 async def test_peering_a_standby_waits_and_takes_over_when_the_active_one_stops():
