@@ -12,6 +12,7 @@ Two phases per mode, the lag measured by the operator's own `monitor_loop_lag` (
   operator: CPU per reconcile is the process's CPU time over the burst divided by the plans executed.
 Modes: the Controller as it is (plan on a worker thread, a DesiredCache per job), and the baseline in the
 same run: plan on the event loop with no cache. Ratios are baseline / as is. Goal: max lag < 0.1 s.
+The heap is settled first, as `agents-operator run` does (`operator_main.settle_heap`), for both modes.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=2000, help="pod events in the burst")
     args = parser.parse_args(argv)
     modes = {"as_is": Controller, "baseline_on_loop_uncached": OnTheLoop}
+    operator_main.settle_heap()
     results = {name: asyncio.run(run_mode(cls, args.ps, args.workers, args.events)) for name, cls in modes.items()}
     new, old = results["as_is"], results["baseline_on_loop_uncached"]
     ratios = {
