@@ -435,6 +435,9 @@ async def test_peering_a_standby_waits_and_takes_over_when_the_active_one_stops(
             assert first.metrics.created.labels("Pod")._value.get() == 3
             assert second.metrics.created.labels("Pod")._value.get() == 0  # paused: it did nothing
             await active.stop()
+            # kmock's watch has no resourceVersion: a pod deleted between the resumed standby's list and its
+            # watch would never reach its index. Delete once the standby has listed and reconciled the job.
+            await cluster.until(lambda: second.states.get(("ha", "pj")) == "Running", what="the standby resumed")
             await cluster.delete("/api/v1/namespaces/ha/pods/pj-ps-0")  # only the standby can replace it
             await cluster.until(lambda: "pj-ps-0" in cluster.pods(), timeout=20, what="the standby took over")
             await cluster.until(lambda: second.metrics.created.labels("Pod")._value.get() >= 1, what="counted")
