@@ -345,8 +345,8 @@ class AgentsJob(CamelModel):
         """The resolved trainer config (preset + overrides); raises ValueError/KeyError when invalid.
 
         Resolved once (`parse_job` does it while validating) and kept: rendering asks for it per child, and
-        resolving it each time was most of the cost of rendering a large job. A parsed job is not changed
-        afterwards, so the config cannot go stale.
+        resolving it each time was most of the cost of rendering a large job's Services. A parsed job is not
+        changed afterwards, so the config cannot go stale.
         """
         if self._trainer is None:
             overrides = self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)

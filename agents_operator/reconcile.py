@@ -309,7 +309,7 @@ def plan(
 
     uid = meta.get("uid")
     run = spec_job.spec.run_policy
-    desired = cache.get(job, spec_job, options) if cache else Desired.of(spec_job, options)
+    desired = cache.get(job, spec_job, options) if cache is not None else Desired.of(spec_job, options)
     expected, expected_set = desired.slots, set(desired.slots)
 
     # Observed pods by slot; strays and leftovers of an earlier job with the same name are deleted.
