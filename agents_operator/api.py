@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, presets, tfconfig
@@ -334,6 +334,7 @@ class AgentsJob(CamelModel):
     status: AgentsJobStatus | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    _trainer: TrainerConfig | None = PrivateAttr(None)
 
     @property
     def name(self) -> str:
@@ -344,9 +345,16 @@ class AgentsJob(CamelModel):
         return self.metadata.namespace or "default"
 
     def trainer_config(self) -> TrainerConfig:
-        """The resolved trainer config (preset + overrides); raises ValueError/KeyError when invalid."""
-        overrides = self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
-        return presets.resolve(self.spec.trainer.preset, overrides)
+        """The resolved trainer config (preset + overrides); raises ValueError/KeyError when invalid.
+
+        Resolved once (`parse_job` does it while validating) and kept: rendering asks for it per child, and
+        resolving it each time was most of the cost of rendering a large job's Services. A parsed job is not
+        changed afterwards, so the config cannot go stale.
+        """
+        if self._trainer is None:
+            overrides = self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
+            self._trainer = presets.resolve(self.spec.trainer.preset, overrides)
+        return self._trainer
 
 
 # --- rules that span fields: CEL in the CRD, Python here -------------------------------------------------

@@ -37,17 +37,23 @@ Key = tuple[str, str]
 
 MEMORY_SECONDS = 60.0
 """How long our own writes may stay unconfirmed by the watch before the cache is believed again."""
+METRICS_LIMIT = 1 << 20
+"""Most bytes of the chief's /metrics the operator reads (the trainer's are a few KiB). The endpoint is the
+job's own code, reachable by anyone the NetworkPolicy lets in: a bigger body is refused, not read."""
+METRICS_CHUNK = 64 << 10
 
 
 @dataclass
 class JobMemory:
-    """Writes this operator made for one job that the watch may not have delivered yet."""
+    """What the operator keeps about one job between reconciles: writes it made that the watch may not have
+    delivered yet, and what the job's spec renders to."""
 
     written_status: dict | None = None
     written_at: float = 0.0
     deleting: set[str] = field(default_factory=set)
     counted: dict[str, int] = field(default_factory=dict)
     failures: int = 0
+    desired: reconcile.DesiredCache = field(default_factory=reconcile.DesiredCache)
 
 
 @dataclass
@@ -133,8 +139,8 @@ class Controller:
             memory = self.memory.setdefault(key, JobMemory())
             job, pods = self._overlay(job, pods, memory)
             started = time.perf_counter()
-            plan = reconcile.plan(job, pods, services, deployments, now=self.now(), options=self.options.render)
-            if plan.actions:
+            plan = await self.plan(job, pods, services, deployments, memory.desired)
+            if plan.actions and log.isEnabledFor(logging.DEBUG):  # a large job's plan is thousands of actions
                 log.debug("%s/%s: %s", *key, ", ".join(_describe_action(a) for a in plan.actions))
             try:
                 outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
@@ -165,6 +171,22 @@ class Controller:
         outcome = await asyncio.to_thread(self.kube.execute, job, report, self.now())
         self._learn(key, memory, report, outcome)
         return replace(report, requeue_after=plan.requeue_after)
+
+    async def plan(
+        self, job: dict, pods: list, services: list, deployments: list, cache: reconcile.DesiredCache
+    ) -> reconcile.Plan:
+        """`reconcile.plan` on a worker thread: for a large job it takes longer than the event loop may stall,
+        and every watch, probe and other job waits on the loop. The loop only waits for the result."""
+        return await asyncio.to_thread(
+            reconcile.plan,
+            job,
+            pods,
+            services,
+            deployments,
+            now=self.now(),
+            options=self.options.render,
+            cache=cache,
+        )
 
     def _overlay(self, job: dict, pods: list, memory: JobMemory) -> tuple[dict, list]:
         indexed_status = job.get("status") or {}
@@ -299,6 +321,21 @@ class Controller:
 
     # --- progress ------------------------------------------------------------------------------------------
 
+    async def _fetch_metrics(self, key: Key, url: str) -> bytes | None:
+        """The chief's /metrics body, or None when unreadable: not up, not 200, too slow, or over METRICS_LIMIT."""
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.options.metrics_timeout)
+            async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
+                if response.status != 200:
+                    return None
+                body = await _read_capped(response, METRICS_LIMIT)
+        except (aiohttp.ClientError, TimeoutError, OSError) as err:
+            log.debug("metrics of %s/%s not read from %s: %s", *key, url, err)
+            return None
+        if body is None:
+            log.warning("metrics of %s/%s at %s refused: larger than %d bytes", *key, url, METRICS_LIMIT)
+        return body
+
     async def read_progress(self, key: Key) -> dict | None:
         """Read the chief's /metrics and patch status.progress when it changed; None when not running."""
         job, *_ = self.observed(key)
@@ -315,17 +352,12 @@ class Controller:
             return None
         if not port:
             return None
-        url = self.metrics_url(key[1], key[0], port)
-        try:
-            timeout = aiohttp.ClientTimeout(total=self.options.metrics_timeout)
-            async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
-                if response.status != 200:
-                    return None
-                text = await response.text()
-        except (aiohttp.ClientError, TimeoutError, OSError) as err:
-            log.debug("metrics of %s/%s not read from %s: %s", *key, url, err)
+        body = await self._fetch_metrics(key, self.metrics_url(key[1], key[0], port))
+        if body is None:
             return None
-        progress = status.progress_from_metrics(text, self.now())
+        now = self.now()
+        # Parsed on a worker thread: a megabyte of samples would hold the event loop up.
+        progress = await asyncio.to_thread(lambda: status.progress_from_metrics(body.decode("utf-8", "replace"), now))
         if progress is None:
             return None
         old = {k: v for k, v in (current.get("progress") or {}).items() if k != "updatedAt"}
@@ -347,6 +379,17 @@ class Refused(Exception):
         self.refusals = refusals
         names = ", ".join(f"{r.kind.lower()} {r.name}" for r in refusals)
         super().__init__(f"the API server refused {names}: {refusals[0].message}")
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body, or None when it is longer than `limit` bytes: then no more than about `limit` is read."""
+    if (response.content_length or 0) > limit:
+        return None
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(METRICS_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 def _same_status(indexed: dict, written: dict) -> bool:

@@ -25,6 +25,7 @@ Lifecycle, in the order `plan` decides it:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -152,6 +153,7 @@ class _Builder:
         self.now = now
         self.marks: list[MarkCounted] = []
         self.deletes: list[Delete] = []
+        self.deleting: set[tuple[str, str]] = set()
         self.creates: list[Create] = []
         self.job_delete: DeleteJob | None = None
         self.events: list[Event] = []
@@ -165,7 +167,8 @@ class _Builder:
             self.events.append(Event(kind, reason, message))
 
     def delete(self, kind: str, name: str, reason: str, grace: int | None = None) -> None:
-        if not any(d.kind == kind and d.name == name for d in self.deletes):
+        if (kind, name) not in self.deleting:
+            self.deleting.add((kind, name))
             self.deletes.append(Delete(kind, name, reason, grace))
 
     def requeue(self, seconds: float) -> None:
@@ -234,6 +237,51 @@ def _cleanup(
                 b.delete(KIND_SERVICE, svc.name, f"job {why}, cleanPodPolicy {policy}")
 
 
+# --- what the spec asks for --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What a job's spec asks for, short of the pods themselves: its slots and its other children.
+
+    Pods are rendered in `plan` only for the slots that are empty (see `render.non_pod_children`).
+    """
+
+    slots: tuple[tuple[str, int], ...]
+    """(type, index) of every pod, in the order `render.replicas` gives (creates follow it)."""
+    others: dict[tuple[str, str], dict]
+    """Every other child by (kind, name), in render order. Shared between plans: copied into a Create."""
+
+    @classmethod
+    def of(cls, job: api.AgentsJob, options: render.RenderOptions) -> Desired:
+        others = {(c["kind"], c["metadata"]["name"]): c for c in render.non_pod_children(job, options)}
+        return cls(tuple(render.replicas(job)), others)
+
+
+class DesiredCache:
+    """One job's `Desired`, kept while what it is rendered from stays the same.
+
+    The operator plans again on every event of any of a job's pods; rendering its Services each time would
+    cost time linear in the replicas per event. The Controller keeps one cache per job and hands it to
+    `plan`. The key is what rendering reads, as given: the job's identity, its spec as written and the
+    render options. (metadata.generation stands for the spec on a real API server, but an emulated one
+    need not set it; and a parsed spec is no key: an explicit null override compares equal to an unset one,
+    yet renders differently.)
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._desired: Desired | None = None
+
+    def get(self, job: Mapping[str, Any], parsed: api.AgentsJob, options: render.RenderOptions) -> Desired:
+        """The Desired of `parsed`, which is `job` parsed."""
+        meta = job.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("name"), meta.get("namespace"), job.get("spec"), options)
+        if self._desired is None or key != self._key:
+            self._key, self._desired = copy.deepcopy(key), Desired.of(parsed, options)
+        return self._desired
+
+
 # --- the plan --------------------------------------------------------------------------------------------
 
 
@@ -245,8 +293,12 @@ def plan(
     *,
     now: datetime,
     options: render.RenderOptions | None = None,
+    cache: DesiredCache | None = None,
 ) -> Plan:
-    """Decide what to do about one AgentsJob, given its observed pods, Services and Deployments."""
+    """Decide what to do about one AgentsJob, given its observed pods, Services and Deployments.
+
+    `cache` (this job's, from an earlier plan) spares rendering what the spec asks for again.
+    """
     options = options or render.RenderOptions()
     meta = job.get("metadata") or {}
     name = meta.get("name") or ""
@@ -269,7 +321,8 @@ def plan(
 
     uid = meta.get("uid")
     run = spec_job.spec.run_policy
-    expected = render.replicas(spec_job)
+    desired = cache.get(job, spec_job, options) if cache is not None else Desired.of(spec_job, options)
+    expected, expected_set = desired.slots, set(desired.slots)
 
     # Observed pods by slot; strays and leftovers of an earlier job with the same name are deleted.
     slots: dict[tuple[str, int], PodView] = {}
@@ -278,11 +331,11 @@ def plan(
         if pod is None:
             continue
         foreign = bool(uid and pod.owner_uid and pod.owner_uid != uid)
-        if foreign or pod.slot not in expected:
+        if foreign or pod.slot not in expected_set:
             if not pod.terminating:
                 why = "owned by an earlier job of the same name" if foreign else "not a replica of the spec"
                 b.delete(KIND_POD, pod.name, why)
-            if pod.slot in expected:
+            if pod.slot in expected_set:
                 slots[pod.slot] = replace(pod, terminating=True)  # blocks the name until it is gone
             continue
         slots[pod.slot] = pod
@@ -415,22 +468,7 @@ def plan(
         b.condition("Suspended", False, "JobResumed", "the job is resumed: its pods are recreated")
         st.start_time = None  # the deadline counts from the resume, as for a batch Job
 
-    # 7. Create what is missing: Services first (pods resolve each other through them), then Pods.
-    # Every child render describes besides the pods (Services, TensorBoard, and whatever render adds later).
-    desired = [c for c in render.children(spec_job, options) if c["kind"] != KIND_POD]
-    for obj in desired:
-        if (obj["kind"], obj["metadata"]["name"]) not in children:
-            b.creates.append(Create(obj))
-    for kind, child_name in children:
-        if not any(o["kind"] == kind and o["metadata"]["name"] == child_name for o in desired):
-            child = children[kind, child_name]
-            if not child.terminating:
-                b.delete(kind, child_name, "not a child of the spec")
-    created_pods = False
-    for replica_type, index in expected:
-        if (replica_type, index) not in slots:
-            b.creates.append(Create(render.pod(spec_job, replica_type, index, options)))
-            created_pods = True
+    created_pods = _create_missing(b, spec_job, options, desired, slots, children)
     if not b.creates:
         b.condition("ReplicaFailure", False, "ChildrenCreated", "every child of the job exists")
     if st.start_time is None and (created_pods or any(not p.terminating for p in slots.values())):
@@ -452,6 +490,27 @@ def plan(
         b.condition("Running", False, "PodsPending", f"waiting for every {what} to run")
     st.replica_statuses = _replica_statuses(spec_job, {s: p for s, p in slots.items() if not p.terminating})
     return b.finish(old)
+
+
+def _create_missing(
+    b: _Builder,
+    job: api.AgentsJob,
+    options: render.RenderOptions,
+    desired: Desired,
+    slots: Mapping[tuple[str, int], PodView],
+    children: Mapping[tuple[str, str], ChildView],
+) -> bool:
+    """7. Create what is missing: Services first (pods resolve each other through them), then the pods of
+    empty slots; delete children the spec no longer has. Whether any pod is created."""
+    for key, obj in desired.others.items():
+        if key not in children:
+            b.creates.append(Create(copy.deepcopy(obj)))
+    for (kind, name), child in children.items():
+        if (kind, name) not in desired.others and not child.terminating:
+            b.delete(kind, name, "not a child of the spec")
+    missing = [slot for slot in desired.slots if slot not in slots]
+    b.creates += [Create(render.pod(job, replica_type, index, options)) for replica_type, index in missing]
+    return bool(missing)
 
 
 def _ttl(b: _Builder, ttl: int | None, st: AgentsJobStatus, now: datetime) -> None:

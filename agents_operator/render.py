@@ -470,3 +470,13 @@ def tensorboard_url(job: AgentsJob) -> str | None:
 def children(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
     """Everything the operator creates for the job: its NetworkPolicy, Services, Pods, then TensorBoard."""
     return [network_policy(job, options), *services(job, options), *pods(job, options), *tensorboard(job, options)]
+
+
+def non_pod_children(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
+    """`children` without the pods, in the same order (a test holds them to it).
+
+    What a reconcile compares with the observed Services, Deployments and NetworkPolicies. Pods are left out
+    because each carries a TF_CONFIG naming every member of the cluster: rendering all of them costs time
+    quadratic in the replicas, and a reconcile needs only the pods of its empty slots (`pod`).
+    """
+    return [network_policy(job, options), *services(job, options), *tensorboard(job, options)]

@@ -43,6 +43,13 @@ def test_overrides_apply_on_top_of_the_preset():
     assert cfg.epochs == presets.load("hopper")["epochs"]
 
 
+def test_trainer_config_is_resolved_once_per_parse(monkeypatch):
+    job = parse_job(manifest(trainer={"preset": "hopper", "learningRate": 1e-4}))
+    resolved = job.trainer_config()
+    monkeypatch.setattr(presets, "resolve", lambda *a, **k: pytest.fail("resolved again"))
+    assert job.trainer_config() is resolved
+
+
 def _with(path: str, value):
     data = manifest()
     node = data

@@ -39,6 +39,12 @@ def test_children_are_valid_kubernetes_objects(path):
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_non_pod_children_are_the_children_but_the_pods(path):
+    job = load(path)
+    assert render.non_pod_children(job) == [c for c in render.children(job) if c["kind"] != "Pod"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_each_pod_gets_its_own_tf_config_and_service(path):
     job = load(path)
     pods = render.pods(job)

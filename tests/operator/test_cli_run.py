@@ -1,5 +1,6 @@
 """`agents-operator run` maps its flags onto OperatorOptions (the operator itself is not started)."""
 
+import gc
 import subprocess
 import sys
 
@@ -56,3 +57,21 @@ def test_exact_namespaces_are_served_without_scanning_the_cluster():
         settings = kopf.OperatorSettings()
         operator_main.configure_settings(settings, options)
         assert settings.scanning.disabled is not scanning, options
+
+
+def test_run_freezes_the_heap_before_serving(monkeypatch):
+    """What is alive when the operator starts is out of every later full garbage collection's way."""
+    from agents_operator import operator_main
+
+    frozen = []
+
+    async def serve(options):
+        frozen.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(operator_main.kopf, "configure", lambda **_: None)
+    monkeypatch.setattr(operator_main, "serve", serve)
+    try:
+        assert operator_main.run(operator_main.OperatorOptions()) == 0
+    finally:
+        gc.unfreeze()
+    assert frozen and frozen[0] > 0

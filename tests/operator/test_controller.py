@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import http.server
+import logging
+import threading
+import tracemalloc
+from collections.abc import Iterator
 
 import pytest
 
-from agents_operator import reconcile, status
+from agents_operator import handlers, operator_main, reconcile, status
 from agents_operator.handlers import Controller
 from agents_operator.kube import ApiError, Outcome
 
@@ -21,6 +26,7 @@ class FakeKube:
 
     def __init__(self) -> None:
         self.plans: list[reconcile.Plan] = []
+        self.patches: list[dict] = []
         self.fail_after: int | None = None
         self.refuse: set[str] = set()
         """Names of children whose create the API server refuses."""
@@ -42,6 +48,10 @@ class FakeKube:
 
     def get(self, *args):
         return None
+
+    def patch_status(self, namespace, name, patch):
+        self.patches.append(patch)
+        return patch
 
 
 def running_world() -> World:
@@ -147,3 +157,108 @@ async def test_refused_children_are_reported_at_once_and_retried_with_backoff():
     await controller.reconcile(KEY)
     assert controller.memory[KEY].failures == 0
     await controller.shutdown()
+
+
+# --- the chief's /metrics ----------------------------------------------------------------------------------
+
+SAMPLE = b"agents_trainer_global_step 42\n"
+
+
+class MetricsServer(http.server.ThreadingHTTPServer):
+    """A chief's /metrics in a thread of its own: `size` bytes of samples (None: endless), with a
+    Content-Length when `declare`; `sent` counts what got out before the reader hung up."""
+
+    def __init__(self, size: int | None, declare: bool = False):
+        super().__init__(("127.0.0.1", 0), _MetricsHandler)
+        self.size, self.declare, self.sent = size, declare, 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/metrics"
+
+
+class _MetricsHandler(http.server.BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        size = self.server.size
+        self.send_response(200)
+        if self.server.declare and size is not None:
+            self.send_header("Content-Length", str(size))
+        self.end_headers()
+        chunk = SAMPLE * (handlers.METRICS_CHUNK // len(SAMPLE))
+        try:
+            while size is None or self.server.sent < size:
+                part = chunk if size is None else chunk[: size - self.server.sent]
+                self.wfile.write(part)
+                self.server.sent += len(part)
+        except OSError:
+            pass  # the reader hung up
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def serve_metrics() -> Iterator:
+    servers: list[MetricsServer] = []
+
+    def start(size: int | None, declare: bool = False) -> MetricsServer:
+        server = MetricsServer(size, declare)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+async def read_progress_watching_the_loop(controller: Controller) -> tuple[dict | None, float]:
+    """read_progress, and the longest the event loop was held up meanwhile."""
+    lags: list[float] = []
+    monitor = asyncio.create_task(operator_main.monitor_loop_lag(lags.append, interval=0.01))
+    await asyncio.sleep(0)  # the monitor is asleep before the read begins
+    progress = await controller.read_progress(KEY)
+    await asyncio.sleep(0.05)  # a hold-up at the very end shows at the monitor's next wake-up
+    monitor.cancel()
+    assert lags
+    return progress, max(lags)
+
+
+@pytest.mark.parametrize(("size", "declare"), [(200 << 20, True), (None, False)], ids=["200MB", "endless"])
+async def test_a_hostile_metrics_body_is_refused_after_the_cap(serve_metrics, caplog, size, declare):
+    server = serve_metrics(size, declare)
+    controller, fake = controller_for(running_world())
+    controller.metrics_url = lambda job, ns, port: server.url
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger=handlers.__name__):
+            progress, lag = await read_progress_watching_the_loop(controller)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert progress is None and fake.patches == []
+    assert "refused: larger than" in caplog.text
+    # Sent, not read: what the kernel buffers on both ends of the loopback connection comes on top of the cap.
+    assert server.sent < handlers.METRICS_LIMIT + (16 << 20)
+    assert peak < 4 * handlers.METRICS_LIMIT
+    assert lag < 0.5  # reading and parsing the whole of a 200 MB body held the loop up for 24 s
+
+
+async def test_metrics_under_the_cap_are_parsed_off_the_event_loop(serve_metrics, monkeypatch):
+    server = serve_metrics(handlers.METRICS_LIMIT)
+    controller, fake = controller_for(running_world())
+    controller.metrics_url = lambda job, ns, port: server.url
+    on_loop = []
+    parse = status.progress_from_metrics
+
+    def recording(text, now):
+        on_loop.append(asyncio._get_running_loop() is not None)
+        return parse(text, now)
+
+    monkeypatch.setattr(status, "progress_from_metrics", recording)
+    progress, _ = await read_progress_watching_the_loop(controller)
+    assert progress["globalStep"] == 42 and fake.patches == [{"progress": progress}]
+    assert on_loop == [False]

@@ -92,6 +92,61 @@ def test_status_patch_names_only_changed_keys():
     assert "progress" not in patch and "startTime" not in patch
 
 
+# --- rendering only what is needed ------------------------------------------------------------------------
+
+
+def test_pods_are_rendered_only_for_empty_slots(monkeypatch):
+    world = World(make_job(ps=2, workers=3))
+    world.started()
+    del world.pods["pj-worker-1"]
+    rendered = []
+    pod = reconcile.render.pod
+    monkeypatch.setattr(reconcile.render, "pod", lambda job, t, i, o: rendered.append((t, i)) or pod(job, t, i, o))
+    assert kinds_names(world.step().actions) == {("Pod", "pj-worker-1")}
+    assert rendered == [("worker", 1)]
+
+
+def test_the_cache_renders_the_other_children_once_per_spec(monkeypatch):
+    world = World(make_job())
+    calls = []
+    others = reconcile.render.non_pod_children
+    monkeypatch.setattr(reconcile.render, "non_pod_children", lambda job, o: calls.append(1) or others(job, o))
+    world.started()
+    world.set_phase("pj-worker-1", "Succeeded", exit_code=0)
+    world.step()
+    assert len(calls) == 1
+    world.job["spec"]["replicaSpecs"]["worker"]["replicas"] = 3  # changed in place: the cache must notice
+    assert ("Service", "pj-worker-2") in kinds_names(world.step().actions)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda job: job["spec"]["trainer"].update(metricsPort=9100),  # the chief's Service and the NetworkPolicy
+        lambda job: job["metadata"].update(uid="00000000-0000-4000-8000-0000000000bb"),
+        lambda job: job["metadata"].update(namespace="other"),
+    ],
+    ids=["spec", "uid", "namespace"],
+)
+def test_the_cache_is_keyed_by_everything_rendering_reads(change):
+    job = make_job(tensorboard=True)
+    cache = reconcile.DesiredCache()
+    cached = reconcile.plan(job, [], now=NOW, cache=cache)
+    change(job)
+    assert reconcile.plan(job, [], now=NOW, cache=cache).actions == reconcile.plan(job, [], now=NOW).actions
+    assert reconcile.plan(job, [], now=NOW, cache=cache).actions != cached.actions
+
+
+def test_created_objects_are_the_plans_own():
+    """A Create's object is copied from the cache: whoever executes the plan may change it."""
+    world = World(make_job(tensorboard=True))
+    first = world.plan()
+    for create in first.of(Create):
+        create.obj["metadata"]["name"] = "changed"
+    assert world.plan().actions == reconcile.plan(world.job, [], now=NOW).actions
+
+
 # --- restart policies ------------------------------------------------------------------------------------
 
 

@@ -97,7 +97,8 @@ def make_pod(
 
 
 class World:
-    """A namespace with one job: applies plans the way kube.execute does, and lets tests move pods."""
+    """A namespace with one job: plans with a `DesiredCache` as the operator does, applies plans the way
+    kube.execute does, and lets tests move pods (and change the spec in place)."""
 
     def __init__(self, job: dict, *, graceful: bool = False):
         self.job: dict | None = job
@@ -109,6 +110,7 @@ class World:
         self.now = NOW
         self.log: list[reconcile.Action] = []
         self.events: list[reconcile.Event] = []
+        self.cache = reconcile.DesiredCache()
 
     @property
     def name(self) -> str:
@@ -129,6 +131,7 @@ class World:
             # other children go in with the Deployments, each object carrying its own kind (as handlers do)
             [*self.deployments.values(), *self.network_policies.values()],
             now=self.now,
+            cache=self.cache,
         )
 
     def apply(self, plan: reconcile.Plan, upto: int | None = None) -> None:
