@@ -468,10 +468,10 @@ def plan(
         b.condition("Suspended", False, "JobResumed", "the job is resumed: its pods are recreated")
         st.start_time = None  # the deadline counts from the resume, as for a batch Job
 
-    created_pods = _create_missing(b, spec_job, options, desired, slots, children)
+    created = _create_missing(b, spec_job, options, desired, slots, children)
     if not b.creates:
         b.condition("ReplicaFailure", False, "ChildrenCreated", "every child of the job exists")
-    if st.start_time is None and (created_pods or any(not p.terminating for p in slots.values())):
+    if st.start_time is None and (created or any(not p.terminating for p in slots.values())):
         st.start_time = status.timestamp(now)
         if run.active_deadline_seconds:
             b.requeue(run.active_deadline_seconds)
@@ -488,7 +488,11 @@ def plan(
         b.condition("Restarting", True, "Restarting", "failed pods are being replaced")
     else:
         b.condition("Running", False, "PodsPending", f"waiting for every {what} to run")
-    st.replica_statuses = _replica_statuses(spec_job, {s: p for s, p in slots.items() if not p.terminating})
+    # Pods created by this plan count as active (Pending) now, so that their creation needs no second status
+    # write when their watch events come in.
+    live = {s: p for s, p in slots.items() if not p.terminating}
+    live.update({slot: PodView(naming.child_name(name, *slot), *slot, phase="Pending") for slot in created})
+    st.replica_statuses = _replica_statuses(spec_job, live)
     return b.finish(old)
 
 
@@ -499,9 +503,9 @@ def _create_missing(
     desired: Desired,
     slots: Mapping[tuple[str, int], PodView],
     children: Mapping[tuple[str, str], ChildView],
-) -> bool:
+) -> list[tuple[str, int]]:
     """7. Create what is missing: Services first (pods resolve each other through them), then the pods of
-    empty slots; delete children the spec no longer has. Whether any pod is created."""
+    empty slots; delete children the spec no longer has. The slots whose pods are created."""
     for key, obj in desired.others.items():
         if key not in children:
             b.creates.append(Create(copy.deepcopy(obj)))
@@ -510,7 +514,7 @@ def _create_missing(
             b.delete(kind, name, "not a child of the spec")
     missing = [slot for slot in desired.slots if slot not in slots]
     b.creates += [Create(render.pod(job, replica_type, index, options)) for replica_type, index in missing]
-    return bool(missing)
+    return missing
 
 
 def _ttl(b: _Builder, ttl: int | None, st: AgentsJobStatus, now: datetime) -> None:

@@ -56,6 +56,14 @@ def test_second_pass_on_the_same_world_does_nothing():
     assert world.step().actions == []
 
 
+def test_creating_a_job_writes_its_status_once():
+    """The pods a plan creates count as active in that plan's status: their watch events need no second write."""
+    world = World(make_job())
+    first = world.step()
+    assert first.status["replicaStatuses"]["worker"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert world.step().actions == []
+
+
 def test_running_when_every_ps_and_worker_runs():
     world = World(make_job(evaluator=True))
     world.settle()
