@@ -301,22 +301,24 @@ class Kube:
         deletes = plan.of(reconcile.Delete)
         results = self._parallel(lambda a: self.delete(a.kind, namespace, a.name, a.grace_seconds), deletes)
         outcome.done += deletes
-        for action, deleted in zip(deletes, results, strict=True):
-            if deleted:
+        deleted: dict[tuple[str, str], list[str]] = {}
+        for action, done in zip(deletes, results, strict=True):
+            if done:
                 outcome.deleted[action.kind] += 1
-                events.append(
-                    ("Normal", "SuccessfulDelete", f"Deleted {action.kind.lower()} {action.name}: {action.reason}")
-                )
+                deleted.setdefault((action.kind, action.reason), []).append(action.name)
+        events += [("Normal", "SuccessfulDelete", f"Deleted {_some(k, n)}: {why}") for (k, why), n in deleted.items()]
         creates = plan.of(reconcile.Create)
+        created: dict[str, list[str]] = {}
         for batch in ([c for c in creates if c.kind != "Pod"], [c for c in creates if c.kind == "Pod"]):
             results = self._parallel(self._create_or_refusal, batch)
             outcome.done += batch
-            for action, created in zip(batch, results, strict=True):
-                if isinstance(created, reconcile.Refusal):
-                    outcome.refused.append(created)
-                elif created:
+            for action, result in zip(batch, results, strict=True):
+                if isinstance(result, reconcile.Refusal):
+                    outcome.refused.append(result)
+                elif result:
                     outcome.created[action.kind] += 1
-                    events.append(("Normal", "SuccessfulCreate", f"Created {action.kind.lower()} {action.name}"))
+                    created.setdefault(action.kind, []).append(action.name)
+        events += [("Normal", "SuccessfulCreate", f"Created {_some(kind, names)}") for kind, names in created.items()]
         for action in plan.of(reconcile.DeleteJob):
             events.append(("Normal", "Deleted", f"Deleting the job: {action.reason}"))
             outcome.job_deleted = self.delete(naming.KIND, namespace, name)
@@ -338,3 +340,22 @@ class Kube:
         if len(items) <= 1:
             return [fn(item) for item in items]
         return list(self.pool.map(fn, items))
+
+
+EVENT_NAMES_LENGTH = 900
+"""How much of an Event's message (at most 1024 characters) a list of children may take."""
+
+
+def _some(kind: str, names: list[str]) -> str:
+    """'pod p' or '3 pods: a, b, c' (the list cut short, with how many more, when it is long). One Event per
+    kind and reconcile rather than one per child: a job of hundreds of pods would double the operator's writes."""
+    if len(names) == 1:
+        return f"{kind.lower()} {names[0]}"
+    shown, length = [], 0
+    for name in names:
+        if length + len(name) > EVENT_NAMES_LENGTH:
+            break
+        shown.append(name)
+        length += len(name) + 2
+    more = f" and {len(names) - len(shown)} more" if len(shown) < len(names) else ""
+    return f"{len(names)} {RESOURCES[kind][2]}: {', '.join(shown)}{more}"
