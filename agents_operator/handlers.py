@@ -126,13 +126,12 @@ class Controller:
 
     # --- reconcile ---------------------------------------------------------------------------------------
 
-    async def reconcile(self, key: Key, job: dict | None = None) -> reconcile.Plan | None:
+    async def reconcile(self, key: Key) -> reconcile.Plan | None:
         """Plan and execute for one job; raises on API errors (the caller retries)."""
         lock = self.locks.setdefault(key, asyncio.Lock())
         async with lock:
             self.dirty.discard(key)
-            indexed, pods, services, deployments = self.observed(key)
-            job = indexed or job
+            job, pods, services, deployments = self.observed(key)
             if job is None:
                 await self._orphans(key)
                 return None
@@ -432,6 +431,11 @@ def _job_value(body: kopf.Body) -> dict:
     }
 
 
+def _spec_unobserved(body: kopf.Body) -> bool:
+    generation = (body.get("metadata") or {}).get("generation")
+    return generation is not None and generation != (body.get("status") or {}).get("observedGeneration")
+
+
 def _key(body: kopf.Body) -> Key | None:
     meta = body.get("metadata") or {}
     job = (meta.get("labels") or {}).get(naming.LABEL_JOB)
@@ -442,53 +446,45 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     """Every handler of the operator, on `registry`."""
 
     @kopf.index(*JOBS, id="agents_jobs", registry=registry)
-    def agents_jobs(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
+    async def agents_jobs(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
         return {(namespace, name): _job_value(body)}
 
     @kopf.index("v1", "pods", labels=OURS, id="agents_pods", registry=registry)
-    def agents_pods(body: kopf.Body, **_: Any) -> dict:
+    async def agents_pods(body: kopf.Body, **_: Any) -> dict:
         key, view = _key(body), status.view_pod(body)
         return {key: view} if key and view else {}
 
     @kopf.index("v1", "services", labels=OURS, id="agents_services", registry=registry)
-    def agents_services(body: kopf.Body, **_: Any) -> dict:
+    async def agents_services(body: kopf.Body, **_: Any) -> dict:
         key, view = _key(body), status.view_child(body)
         return {key: view} if key and view else {}
 
     @kopf.index("apps", "v1", "deployments", labels=OURS, id="agents_deployments", registry=registry)
-    def agents_deployments(body: kopf.Body, **_: Any) -> dict:
+    async def agents_deployments(body: kopf.Body, **_: Any) -> dict:
         key, view = _key(body), status.view_child(body)
         return {key: view} if key and view else {}
 
     @kopf.index(
         "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="agents_networkpolicies", registry=registry
     )
-    def agents_networkpolicies(body: kopf.Body, **_: Any) -> dict:
+    async def agents_networkpolicies(body: kopf.Body, **_: Any) -> dict:
         key, view = _key(body), status.view_child(body)
         return {key: view} if key and view else {}
 
-    async def _reconcile_now(key: Key, body: kopf.Body, kwargs: dict) -> None:
-        controller.remember_indexes(kwargs)
-        try:
-            await controller.reconcile(key, _job_value(body))
-        except Exception as err:  # retried by the controller's own backoff, as after any other trigger
-            controller.back_off(key, err)
-
-    @kopf.on.resume(*JOBS, id="reconcile", registry=registry)
-    @kopf.on.create(*JOBS, id="reconcile", registry=registry)
-    async def job_created(body: kopf.Body, namespace: str, name: str, **kwargs: Any) -> None:
-        await _reconcile_now((namespace, name), body, kwargs)
-
-    @kopf.on.update(*JOBS, field="spec", id="spec", registry=registry)
-    async def job_spec_changed(body: kopf.Body, namespace: str, name: str, **kwargs: Any) -> None:
-        await _reconcile_now((namespace, name), body, kwargs)
-
     @kopf.on.event(*JOBS, id="job-event", registry=registry)
-    async def job_event(type: str, namespace: str, name: str, **kwargs: Any) -> None:
+    async def job_event(type: str | None, body: kopf.Body, namespace: str, name: str, **kwargs: Any) -> None:
+        """A job listed at start-up, created, deleted, or with a spec not yet reconciled: reconcile it.
+
+        No kopf create/update handlers: those keep state in annotations of every job (a patch each, and a
+        diff of the whole job on every event); `metadata.generation` against `status.observedGeneration`
+        tells a spec change apart from the operator's own status writes without either."""
         controller.remember_indexes(kwargs)
+        key = (namespace, name)
         if type == "DELETED":
-            controller.forget((namespace, name))
-            controller.kick((namespace, name))  # the children of a job that is gone: cleaned up as orphans
+            controller.forget(key)
+            controller.kick(key)  # the children of a job that is gone: cleaned up as orphans
+        elif type in (None, "ADDED") or _spec_unobserved(body):
+            controller.kick(key)
 
     async def _child_event(body: kopf.Body, kwargs: dict) -> None:
         controller.remember_indexes(kwargs)
@@ -515,7 +511,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         await _child_event(body, kwargs)
 
     @kopf.on.probe(id="jobs", registry=registry)
-    def jobs_probe(**_: Any) -> dict[str, int]:
+    async def jobs_probe(**_: Any) -> dict[str, int]:
         counts: dict[str, int] = {}
         for state in controller.states.values():
             counts[state or "Unknown"] = counts.get(state or "Unknown", 0) + 1

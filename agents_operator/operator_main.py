@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from agents_operator import naming, reconcile, render, status
+from agents_operator import reconcile, render, status
 from agents_operator.handlers import Controller, ControllerOptions, register
 from agents_operator.kube import CALLER_THREADS, Kube, Outcome
 
@@ -136,11 +136,6 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = options.request_timeout
     settings.networking.connect_timeout = 30
-    # kopf's own state goes into annotations under our group: the status keeps only the declared schema.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=naming.GROUP, key="last-handled-configuration"
-    )
     settings.posting.enabled = options.post_kopf_events
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 32
@@ -251,6 +246,8 @@ def run(options: OperatorOptions) -> int:
         verbose=options.verbose,
         log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.PLAIN,
     )
+    if not options.verbose:  # kopf says "Handler 'pod-event' succeeded." for every watch event
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settle_heap()
     asyncio.run(serve(options))
     return 0

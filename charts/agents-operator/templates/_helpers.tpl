@@ -64,7 +64,7 @@ Cluster-wide only: CRD discovery at run time (without it kopf scans resources on
 {{- define "agents-operator.applicationRules" -}}
 - apiGroups: [agents.dev]
   resources: [agentsjobs]
-  verbs: [get, list, watch, patch, delete]
+  verbs: [get, list, watch, delete]
 - apiGroups: [agents.dev]
   resources: [agentsjobs/status]
   verbs: [patch]
