@@ -379,6 +379,7 @@ class Refused(Exception):
         names = ", ".join(f"{r.kind.lower()} {r.name}" for r in refusals)
         super().__init__(f"the API server refused {names}: {refusals[0].message}")
 
+
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
     """The body, or None when it is longer than `limit` bytes: then no more than about `limit` is read."""
     if (response.content_length or 0) > limit:

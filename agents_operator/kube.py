@@ -306,7 +306,8 @@ class Kube:
             if done:
                 outcome.deleted[action.kind] += 1
                 deleted.setdefault((action.kind, action.reason), []).append(action.name)
-        events += [("Normal", "SuccessfulDelete", f"Deleted {_some(k, n)}: {why}") for (k, why), n in deleted.items()]
+        for (kind, why), names in deleted.items():
+            events.append(("Normal", "SuccessfulDelete", f"Deleted {_listing({kind: names})}: {why}"))
         creates = plan.of(reconcile.Create)
         created: dict[str, list[str]] = {}
         for batch in ([c for c in creates if c.kind != "Pod"], [c for c in creates if c.kind == "Pod"]):
@@ -318,7 +319,8 @@ class Kube:
                 elif result:
                     outcome.created[action.kind] += 1
                     created.setdefault(action.kind, []).append(action.name)
-        events += [("Normal", "SuccessfulCreate", f"Created {_some(kind, names)}") for kind, names in created.items()]
+        if created:
+            events.append(("Normal", "SuccessfulCreate", "Created " + _listing(created)))
         for action in plan.of(reconcile.DeleteJob):
             events.append(("Normal", "Deleted", f"Deleting the job: {action.reason}"))
             outcome.job_deleted = self.delete(naming.KIND, namespace, name)
@@ -343,19 +345,26 @@ class Kube:
 
 
 EVENT_NAMES_LENGTH = 900
-"""How much of an Event's message (at most 1024 characters) a list of children may take."""
+"""How much of an Event's message (at most 1024 characters) its lists of children may take."""
 
 
-def _some(kind: str, names: list[str]) -> str:
-    """'pod p' or '3 pods: a, b, c' (the list cut short, with how many more, when it is long). One Event per
-    kind and reconcile rather than one per child: a job of hundreds of pods would double the operator's writes."""
+def _listing(names: dict[str, list[str]]) -> str:
+    """'pod p' or 'networkpolicy n, 3 services: a, b, c and 3 pods: a, b, c'; long lists cut short with how many
+    more. One Event per reconcile rather than one per child: a job's creation would otherwise post as many
+    Events as it has children, doubling the operator's writes."""
+    budget = EVENT_NAMES_LENGTH // max(len(names), 1)
+    parts = [_some(kind, kind_names, budget) for kind, kind_names in names.items()]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _some(kind: str, names: list[str], budget: int) -> str:
     if len(names) == 1:
         return f"{kind.lower()} {names[0]}"
     shown, length = [], 0
     for name in names:
-        if length + len(name) > EVENT_NAMES_LENGTH:
+        if length + len(name) > budget:
             break
         shown.append(name)
         length += len(name) + 2
     more = f" and {len(names) - len(shown)} more" if len(shown) < len(names) else ""
-    return f"{len(names)} {RESOURCES[kind][2]}: {', '.join(shown)}{more}"
+    return f"{len(names)} {RESOURCES[kind][2]} ({', '.join(shown)}{more})"

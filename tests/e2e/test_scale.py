@@ -7,6 +7,7 @@ Its file sorts last in the suite: deleting its namespace (2,100 children) goes o
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -75,11 +76,12 @@ def _states(cluster: Cluster) -> Counter:
 
 
 def _created(message: str) -> list[str]:
-    """The children a SuccessfulCreate Event names ('Created pod a' or 'Created 3 pods: a, b, c'), as Kind/name."""
+    """The children a SuccessfulCreate Event names, as Kind/name: 'Created pod a', 'Created networkpolicy n,
+    3 services (a, b, c) and 3 pods (a, b, c)'."""
     kinds = {word: kind for kind, (_, _, plural) in kube.RESOURCES.items() for word in (kind.lower(), plural)}
-    words = message.removeprefix("Created ")
-    if ": " in words:
-        head, names = words.split(": ", 1)
-        return [f"{kinds[head.split()[-1]]}/{n}" for n in names.split(", ")]
-    word, name = words.split(" ", 1)
-    return [f"{kinds[word]}/{name}"]
+    out = []
+    for word, single, names in re.findall(
+        r"(\w+) (?:([\w.-]+)(?=,| and |$)|\(([^)]*)\))", message.removeprefix("Created ")
+    ):
+        out += [f"{kinds[word]}/{n}" for n in ([single] if single else names.split(", "))]
+    return out
