@@ -3,12 +3,15 @@
 Nothing here decides anything: `reconcile.plan` does, from the indexes (kopf keeps them current from its
 watches; no listing inside handlers). What this module adds is what a pure function cannot know:
 
-- triggers: job created/resumed/spec changed, any event of a job's pod, Service or Deployment, a periodic
-  resync (which also reads progress), and the wake-up a plan asks for (deadline, TTL);
+- triggers: a job listed, added, deleted or with an unobserved spec generation, any event of a job's pod,
+  Service, Deployment or NetworkPolicy, a periodic resync (which also reads progress), and the wake-up a
+  plan asks for (deadline, TTL);
 - one reconcile at a time per job (an asyncio lock), with bursts of pod events coalesced into one rerun;
 - the operator's own recent writes, remembered until the watch delivers them (`JobMemory`), so that a stale
   cache neither counts a failure twice nor rewinds the status;
-- errors: a job whose reconcile fails is retried with backoff; it never stops the others.
+- errors: a job whose reconcile fails (children refused included: reported first) is retried with backoff;
+  it never stops the others;
+- planning on a worker thread, with what the job's spec renders to kept per job (`JobMemory.desired`).
 """
 
 from __future__ import annotations
