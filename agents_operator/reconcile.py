@@ -310,6 +310,7 @@ def plan(
     try:
         spec_job = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in job})
     except api.InvalidJob as err:
+        st.observed_generation = meta.get("generation")  # judged: its spec changes are what wake the operator
         if not status.finished(prev):
             b.condition("Running", False, "InvalidSpec", "the spec cannot run")
             b.condition("Failed", True, "InvalidSpec", f"the spec cannot run: {err}")

@@ -468,6 +468,7 @@ def test_unknown_preset_fails_with_invalid_spec_once():
     assert world.condition("Failed")["reason"] == "InvalidSpec"
     assert "no_such_preset" in world.condition("Failed")["message"]
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidSpec")]
+    assert world.status["observedGeneration"] == 1  # judged: only a new spec wakes the operator again
     assert world.step().actions == []
 
 
