@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from agents_operator.trainer import rollouts
 from agents_operator.trainer.envs import BatchEnv
-from agents_operator.trainer.envserver import protocol
+from agents_operator.trainer.envserver import protocol, server
 from agents_operator.trainer.envserver.client import EnvServerError, RemoteBatchEnv
 from agents_operator.trainer.envserver.requests import Limits
 from agents_operator.trainer.normalize import Normalizer
@@ -120,7 +121,8 @@ def test_collect_and_evaluate_requests_are_bounded_and_checked() -> None:
         assert rollout["rewards"].shape == (3, 1)
 
 
-def test_a_deadline_stops_an_evaluation_and_frees_the_environments() -> None:
+def test_a_deadline_stops_an_evaluation_and_frees_the_environments(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, server.__name__)
     with serving("Pendulum-v1", 1) as address:
         raw = Raw(address)
         with pytest.raises(grpc.RpcError) as expired:
@@ -129,6 +131,7 @@ def test_a_deadline_stops_an_evaluation_and_frees_the_environments() -> None:
         started = time.monotonic()
         raw.call("Reset", {}, timeout=5)
         assert time.monotonic() - started < 2
+    assert "Evaluate stopped: its call ended" in caplog.text and "failed" not in caplog.text  # no traceback
 
 
 def test_the_health_check_answers_while_every_call_is_taken() -> None:

@@ -214,6 +214,9 @@ class EnvService:
             return run(message, call)
         except Refused as refusal:
             return refusal
+        except _Cancelled:
+            _LOG.info("%s stopped: its call ended", method)
+            raise
         except _Stale as error:
             return {"error": str(error), "stale": True}
         except Exception as error:
