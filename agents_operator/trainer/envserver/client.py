@@ -20,12 +20,18 @@ episodes its environments were in are discarded, never half-counted:
 
 - `run_episodes` (evaluation on the first server) waits for the server as above and sends the evaluation
   again, without resetting it: it needs no session. If the server restarted, the next step or collect
-  finds its session stale and handles that as above.
+  finds its session stale and handles that as above. A rendering sent again skips the frames already
+  passed on (the replayed episode renders the same frames).
+
+A server that is busy (more calls than it admits) or still in another client's session counts as such a
+fault too: a restarted trainer gets its servers back once their old sessions have been idle for the lease.
 
 After `max_failures` failed calls to one server in a row (a successful reset, step, collect or evaluation
 ends the streak; the default waits about 70 s) the client raises `EnvServerUnavailable` naming the server.
-An environment that raised on a server raises `EnvServerError` with the environment's traceback; it is not
-retried. After either, as after any failure of a `BatchEnv`, the batch is unusable: close it.
+An environment that raised on a server raises `EnvServerError` with that failure in one line (the traceback
+is in the server's log), and a request the server refused (INVALID_ARGUMENT: NaN actions, too many
+episodes, ...) raises `EnvServerError` naming the field; neither is retried. After any of these, as after
+any failure of a `BatchEnv`, the batch is unusable: close it.
 """
 
 from __future__ import annotations

@@ -3,21 +3,34 @@
 `agents-operator env-server --env ID --envs N` runs one. Its environments live in BatchEnv's worker
 subprocesses, as in the trainer, so the server has exactly BatchEnv's semantics (environment j seeded with
 seed + j, automatic resets, final observations, episode returns), spreads a large batch over the cores it
-has, and outlives an environment that crashes its process: the failure goes back to the client with the
-environment's traceback, and the next Reset builds a fresh batch.
+has, and outlives an environment that crashes its process: the failure goes back to the client in one line
+(its traceback goes to this server's log), and the next Reset builds a fresh batch.
 
-A server belongs to one client (the trainer worker it serves). Calls run one at a time under a lock; the
-health check does not take it, so probes answer during a long rollout. Every Reset issues a new session
-token, and Step and Collect must carry the current one: a request meant for environments the server no
-longer has (it restarted, or another client reset it) is refused as stale rather than stepping episodes
-the client never saw begin.
+Every request is checked before an environment sees it (`requests`): NaN or infinite actions, wrong shapes,
+more episodes or steps than `requests.Limits` allows are refused with INVALID_ARGUMENT, and the session stays.
 
-Evaluate plays whole episodes of the deterministic policy (`wrappers.run_episodes`, rendering them if
-asked) on an environment of its own, made in the server process on first use, so that evaluating and
-rendering need no simulator in the trainer and leave the batch's episodes and session alone.
+A server belongs to one client (the trainer worker it serves), identified by the session token it got at
+its Reset: Step and Collect must carry the current token (a request for environments the server no longer
+has, after a restart, is refused as stale rather than stepping episodes the client never saw begin), and a
+Reset replaces a live session only when it carries that token or the session has been idle for
+`Limits.session_lease_seconds`. A token, not the peer address: a sidecar's clients all come from loopback,
+and a client reconnecting after a dropped connection comes from a new port. The lease lets a restarted
+client, which lost its token, take its environments back once the old session has gone quiet.
 
-On SIGTERM or SIGINT the server stops taking calls, gives a call in flight a second to finish, closes its
-environments and exits 0. Its environment processes also exit by themselves when the server dies.
+Calls run one at a time under a lock. At most `CONCURRENT_CALLS` are admitted at once (more are refused as
+busy), and the thread pool has one thread more, so the health check always finds a thread, however long a
+rollout runs. A call waiting for the lock, and an evaluation between two steps, stop as soon as the call has
+ended (its deadline passed, its client cancelled it, or the server is stopping). A Collect runs in the
+worker processes and is not interrupted: `Limits.max_rollout_steps` bounds it.
+
+Evaluate plays whole episodes of the deterministic policy (`wrappers.run_episodes`) on an environment of
+its own, made in the server process on first use, so that evaluating needs no simulator in the trainer and
+leaves the batch's episodes and session alone; Render does the same on a rendering environment and streams
+the frames in chunks of at most half a message.
+
+On SIGTERM or SIGINT the server stops taking calls, gives a call in flight a second to finish (an
+evaluation stops at its next step), closes its environments and exits 0. Its environment processes also
+exit by themselves when the server dies.
 """
 
 from __future__ import annotations
