@@ -115,6 +115,15 @@ def test_collect_and_evaluate_requests_are_bounded_and_checked() -> None:
         weights = list(collect["weights"])
         weights[2] = np.full_like(weights[2], np.inf)
         assert "weights[2][0, 0] is inf" in refusal(raw, "Collect", {**collect, "weights": weights, "noise": noise[:3]})
+        weights = list(collect["weights"])
+        weights[0] = np.zeros((4, 16), np.float32)  # Pendulum observes 3 numbers
+        assert "weights: policy layer 0 has a kernel of shape (4, 16) and a bias of shape (16,); it must take 3" in (
+            refusal(raw, "Collect", {**collect, "weights": weights, "noise": noise[:3]})
+        )
+        moments = [1.0, np.zeros(2), np.ones(3)]
+        assert "observation_moments.sum: shape (2,), expected (3,)" in refusal(
+            raw, "Collect", {**collect, "observation_moments": moments, "noise": noise[:3]}
+        )
         assert "episodes: 6, must be an integer from 1 to 5 (max_episodes)" in refusal(raw, "Evaluate", evaluation(6))
         assert "seed: -1, must be a non-negative integer" in refusal(raw, "Evaluate", evaluation(1, seed=-1))
         rollout = raw.call("Collect", {**collect, "noise": np.zeros((3, 1, 1), np.float32)})  # the session lives

@@ -8,6 +8,7 @@ clipped (NaN, infinity, a wrong shape or dtype) is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,33 +45,42 @@ class Limits:
 
 def actions(message: dict[str, Any], num_envs: int, action_shape: tuple[int, ...]) -> np.ndarray:
     """The `actions` of a Step request: a finite number per environment and action dimension."""
-    return _finite("actions", _array(message, "actions", (num_envs, *action_shape)))
+    return _finite("actions", _array("actions", message.get("actions"), (num_envs, *action_shape)))
 
 
 def noise(message: dict[str, Any], num_envs: int, action_shape: tuple[int, ...], limits: Limits) -> np.ndarray:
     """The `noise` of a Collect request: (steps, num_envs, *action_shape), 1 <= steps <= max_rollout_steps."""
-    value = _array(message, "noise", (None, num_envs, *action_shape))
+    value = _array("noise", message.get("noise"), (None, num_envs, *action_shape))
     if not 1 <= len(value) <= limits.max_rollout_steps:
         raise Refused(f"noise: {len(value)} steps, must be 1 to {limits.max_rollout_steps} (max_rollout_steps)")
     return _finite("noise", value)
 
 
-def policy(message: dict[str, Any], observation_shape: tuple[int, ...]) -> tuple[NumpyPolicy, Normalizer]:
-    """The policy and observation statistics of a Collect, Evaluate or Render request, all finite."""
+def policy(
+    message: dict[str, Any], observation_shape: tuple[int, ...], action_shape: tuple[int, ...]
+) -> tuple[NumpyPolicy, Normalizer]:
+    """The policy and observation statistics of a Collect, Evaluate or Render request: finite, and shaped for
+    the served spaces (a mismatch would otherwise fail mid-rollout, inside the environments' processes)."""
     weights = message.get("weights")
     if not isinstance(weights, list) or not weights:
         raise Refused("weights: missing or not a list of arrays")
     for index, weight in enumerate(weights):
-        _finite(f"weights[{index}]", _array({"w": weight}, "w", None, f"weights[{index}]"))
+        _finite(f"weights[{index}]", _array(f"weights[{index}]", weight))
     moments = message.get("observation_moments")
     if not isinstance(moments, list) or len(moments) != 3:
         raise Refused("observation_moments: must be [count, sum, sum of squares]")
-    for name, value in zip(("count", "sum", "sumsq"), moments, strict=True):
-        _finite(f"observation_moments.{name}", np.asarray(value, np.float64))
+    shapes = {"count": (), "sum": observation_shape, "sumsq": observation_shape}
+    for (name, shape), value in zip(shapes.items(), moments, strict=True):
+        _finite(f"observation_moments.{name}", _array(f"observation_moments.{name}", np.asarray(value), shape))
     try:
-        return rollouts.parse_request(message, observation_shape)
+        parsed, normalizer = rollouts.parse_request(message, observation_shape)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise Refused(f"policy: {type(error).__name__}: {error}") from None
+    inputs = math.prod(observation_shape)
+    _layers("policy", parsed.policy, inputs, math.prod(action_shape))
+    _layers("value", parsed.value, inputs, 1)
+    _array("log_std", parsed.log_std, action_shape)
+    return parsed, normalizer
 
 
 def episodes(message: dict[str, Any], limits: Limits) -> tuple[int, int]:
@@ -83,10 +93,22 @@ def episodes(message: dict[str, Any], limits: Limits) -> tuple[int, int]:
     return count, seed
 
 
-def _array(message: dict[str, Any], key: str, shape: tuple[int | None, ...] | None, name: str = "") -> np.ndarray:
-    """`message[key]` as a numeric array of `shape` (None: any length on that axis; shape None: any shape)."""
-    name = name or key
-    value = message.get(key)
+def _layers(name: str, layers: list[tuple[np.ndarray, np.ndarray]], inputs: int, outputs: int) -> None:
+    """Kernels and biases that chain from `inputs` to `outputs` units."""
+    width = inputs
+    for index, (kernel, bias) in enumerate(layers):
+        if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != kernel.shape[1:]:
+            raise Refused(
+                f"weights: {name} layer {index} has a kernel of shape {kernel.shape} and a bias of shape "
+                f"{bias.shape}; it must take {width} inputs"
+            )
+        width = kernel.shape[1]
+    if width != outputs:
+        raise Refused(f"weights: the {name} network has {width} outputs, expected {outputs}")
+
+
+def _array(name: str, value: Any, shape: tuple[int | None, ...] | None = None) -> np.ndarray:
+    """`value` as a numeric array of `shape` (None: any length on that axis; shape None: any shape)."""
     if not isinstance(value, np.ndarray) or value.dtype.kind not in _NUMBER_KINDS:
         raise Refused(f"{name}: must be an array of numbers, got {_describe(value)}")
     if shape is not None and (

@@ -259,7 +259,7 @@ class EnvService:
 
     def _collect(self, message: dict[str, Any], call: _Call) -> dict[str, Any]:
         env = self._current(message)
-        policy, normalizer = requests.policy(message, env.observation_shape)
+        policy, normalizer = requests.policy(message, env.observation_shape, env.action_shape)
         noise = requests.noise(message, env.num_envs, env.action_shape, self.limits)
         return env.collect(policy, normalizer, noise).to_message()
 
@@ -292,7 +292,7 @@ class EnvService:
     ) -> dict[str, Any]:
         """`wrappers.run_episodes` on `episodes`' environment, stopped within a step once the call ends."""
         count, seed = requests.episodes(message, self.limits)
-        policy, normalizer = requests.policy(message, episodes.observation_shape)
+        policy, normalizer = requests.policy(message, episodes.observation_shape, episodes.action_shape)
         returns, lengths = run_episodes(_Watched(episodes.env, call), policy, normalizer, count, seed, on_frame)
         return {"returns": np.array(returns, np.float64), "lengths": np.array(lengths, np.int64)}
 
