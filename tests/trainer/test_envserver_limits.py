@@ -191,6 +191,25 @@ def test_sigterm_ends_a_long_evaluation_within_the_grace_period() -> None:
         process.stop()
 
 
+def test_sigterm_ends_a_long_rollout_within_the_grace_period() -> None:
+    """A Collect runs in the worker processes and is not interrupted between steps; stopping the server closes
+    them, which ends it: well within Kubernetes' 30 s."""
+    process = ServerProcess("--env", "Pendulum-v1", "--envs", 1, "--envs-per-process", 1, "--port", 0)
+    try:
+        raw = Raw(process.address)
+        session = raw.call("Reset", {})["session"]
+        noise = np.zeros((100_000, 1, 1), np.float32)  # tens of seconds of Pendulum on this machine
+        call = raw.future("Collect", {**evaluation(1), "noise": noise, "session": session}, timeout=60)
+        time.sleep(0.5)
+        started = time.monotonic()
+        process.process.send_signal(signal.SIGTERM)
+        assert process.process.wait(10) == 0
+        assert time.monotonic() - started < 8
+        assert call.exception(5) is not None
+    finally:
+        process.stop()
+
+
 def test_rendered_frames_come_in_chunks_within_a_small_message_limit() -> None:
     """31 frames of 750 kB (23 MB) through messages of at most 2 MiB, exactly the frames rendered locally."""
     limit = 30
