@@ -144,7 +144,9 @@ def test_servers_are_groups_stepped_on_their_own_like_local_processes() -> None:
                 np.testing.assert_array_equal(getattr(mine, name), value, err_msg=name)
 
 
-def test_an_environment_error_surfaces_with_its_traceback() -> None:
+def test_an_environment_error_is_one_line_to_the_client_and_its_traceback_in_the_server_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with serving(RAISING, 2) as address:
         with RemoteBatchEnv([address], **FAST) as env:
             env.reset()
@@ -153,8 +155,12 @@ def test_an_environment_error_surfaces_with_its_traceback() -> None:
             with pytest.raises(EnvServerError) as failure:
                 env.step(np.zeros((2, 1)))
             message = str(failure.value)
-            assert f"env server {address} (environments 0-1)" in message
-            assert "in step" in message and "ZeroDivisionError: the test environment fails on purpose" in message
+            assert "\n" not in message and "Traceback" not in message, message
+            assert f"env server {address} (environments 0-1): EnvProcessError: " in message
+            assert "environment 0 raised" in message
+            assert "ZeroDivisionError: the test environment fails on purpose" in message
+            assert "(traceback in the env server's log)" in message
+            assert "Step failed" in caplog.text and "in step" in caplog.text  # the server's log has it whole
             with pytest.raises(RuntimeError, match="unusable"):
                 env.step(np.zeros((2, 1)))
         with RemoteBatchEnv([address], **FAST) as env:  # the server builds a fresh batch for the next client

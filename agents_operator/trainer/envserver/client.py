@@ -20,12 +20,18 @@ episodes its environments were in are discarded, never half-counted:
 
 - `run_episodes` (evaluation on the first server) waits for the server as above and sends the evaluation
   again, without resetting it: it needs no session. If the server restarted, the next step or collect
-  finds its session stale and handles that as above.
+  finds its session stale and handles that as above. A rendering sent again skips the frames already
+  passed on (the replayed episode renders the same frames).
+
+A server that is busy (more calls than it admits) or still in another client's session counts as such a
+fault too: a restarted trainer gets its servers back once their old sessions have been idle for the lease.
 
 After `max_failures` failed calls to one server in a row (a successful reset, step, collect or evaluation
 ends the streak; the default waits about 70 s) the client raises `EnvServerUnavailable` naming the server.
-An environment that raised on a server raises `EnvServerError` with the environment's traceback; it is not
-retried. After either, as after any failure of a `BatchEnv`, the batch is unusable: close it.
+An environment that raised on a server raises `EnvServerError` with that failure in one line (the traceback
+is in the server's log), and a request the server refused (INVALID_ARGUMENT: NaN actions, too many
+episodes, ...) raises `EnvServerError` naming the field; neither is retried. After any of these, as after
+any failure of a `BatchEnv`, the batch is unusable: close it.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +58,11 @@ _LOG = logging.getLogger(__name__)
 _BACKOFF_START_SECONDS = 0.1
 _BACKOFF_MAX_SECONDS = 5.0
 _STARTUP_LOG_SECONDS = 10.0  # while waiting for a server to come up, log a line this often
-# Codes that retrying cannot cure: something else listens at the address, or a message is too large.
-_FATAL_CODES = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED})
+# Codes that retrying cannot cure: something else listens at the address, a message is too large, or the
+# server refused the request itself (sending it again would be refused again).
+_FATAL_CODES = frozenset(
+    {grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT}
+)
 
 
 class EnvServerError(RuntimeError):
@@ -80,12 +89,13 @@ class _Server:
     observations: np.ndarray | None = None  # the last raw observations received
     failures: int = 0  # calls failed in a row
     stepping: Callable[[], dict[str, Any]] | None = None  # the reply of a step sent and not yet received
-    _calls: dict[str, grpc.UnaryUnaryMultiCallable] = field(default_factory=dict)
+    _calls: dict[str, Any] = field(default_factory=dict)  # the gRPC multi-callables, by method
 
     @classmethod
-    def connect(cls, address: str) -> _Server:
-        channel = grpc.insecure_channel(address, options=protocol.CHANNEL_OPTIONS)
-        calls = {method: channel.unary_unary(protocol.method_path(method)) for method in protocol.METHODS}
+    def connect(cls, address: str, max_message_bytes: int) -> _Server:
+        channel = grpc.insecure_channel(address, options=protocol.channel_options(max_message_bytes))
+        calls: dict[str, Any] = {m: channel.unary_unary(protocol.method_path(m)) for m in protocol.METHODS}
+        calls[protocol.RENDER] = channel.unary_stream(protocol.method_path(protocol.RENDER))
         calls["Health"] = channel.unary_unary(f"/{protocol.HEALTH_SERVICE}/{protocol.HEALTH_METHOD}")
         return cls(address, channel, _calls=calls)
 
@@ -104,14 +114,25 @@ class _Server:
         data = protocol.encode(message)
         return self._reply(lambda: self._calls[method](data, timeout=timeout, wait_for_ready=wait_for_ready))
 
+    def stream(self, method: str, message: dict[str, Any], timeout: float) -> Iterator[dict[str, Any]]:
+        """The replies of a streaming call, as they come; raises as `call` does."""
+        replies = self._calls[method](protocol.encode(message), timeout=timeout)
+        while (data := self._invoke(functools.partial(next, replies, None))) is not None:
+            yield self._checked(protocol.decode(data))
+
     def _reply(self, invoke: Callable[[], bytes]) -> dict[str, Any]:
+        return self._checked(protocol.decode(self._invoke(invoke)))
+
+    def _invoke(self, invoke: Callable[[], Any]) -> Any:
         try:
-            reply = protocol.decode(invoke())
+            return invoke()
         except grpc.RpcError as error:
             detail = f"{error.code().name}: {error.details()}"
             if error.code() in _FATAL_CODES:
                 raise EnvServerError(f"env server {self.address}: {detail}") from None
             raise _Fault(detail) from None
+
+    def _checked(self, reply: dict[str, Any]) -> dict[str, Any]:
         if "error" in reply:
             if reply["stale"]:
                 raise _Fault(f"stale session: {reply['error']}")
@@ -135,7 +156,7 @@ class RemoteBatchEnv(BatchChecks):
 
     `timeout` bounds every call but a rollout or an evaluation (`rollout_timeout`); `startup_timeout` is how
     long to wait for the servers to answer at first (they may still be starting, their names not yet
-    resolving).
+    resolving); `max_message_bytes` is the largest message sent or received (as the servers' own limit).
     """
 
     def __init__(
@@ -145,6 +166,7 @@ class RemoteBatchEnv(BatchChecks):
         rollout_timeout: float = 3600.0,
         max_failures: int = 20,
         startup_timeout: float = 300.0,
+        max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
     ) -> None:
         if not addresses:
             raise ValueError("RemoteBatchEnv needs at least one env server address")
@@ -154,7 +176,7 @@ class RemoteBatchEnv(BatchChecks):
         self.max_failures = max_failures
         self._failure: str | None = None
         self._was_reset = False
-        self._servers = [_Server.connect(address) for address in self.addresses]
+        self._servers = [_Server.connect(address, max_message_bytes) for address in self.addresses]
         try:
             specs = [self._wait_for_spec(server, time.monotonic() + startup_timeout) for server in self._servers]
             _check_specs(self.addresses, specs)
@@ -178,7 +200,7 @@ class RemoteBatchEnv(BatchChecks):
         with self._guard():
             for server in self._servers:
                 server.stepping = None  # a step in flight is superseded: the reset starts new sessions
-            replies = self._exchange("Reset", lambda server: {}, self.timeout)
+            replies = self._exchange("Reset", lambda server: {"session": server.session}, self.timeout)
             for server, reply in zip(self._servers, replies, strict=True):
                 try:
                     server.start_session(reply())
@@ -283,21 +305,19 @@ class RemoteBatchEnv(BatchChecks):
         """`wrappers.run_episodes`, played by the first server on an environment of its own (the batch's
         episodes go on undisturbed): the same returns and lengths for the same policy and seed.
 
-        With `on_frame`, the server renders and each episode is a call of its own, so that a message holds
-        one episode's frames (hundreds of MB for a long one), which are then passed to `on_frame`.
+        With `on_frame`, the server renders (Render) and sends each episode's frames in chunks of at most half
+        a message, which are passed to `on_frame` as they come; each episode is a call of its own, so that the
+        server holds one episode's frames at most.
         """
-        render = on_frame is not None
-        request = {**rollouts.policy_message(policy, observations), "render": render}
-        calls = [(seed + episode, 1) for episode in range(episodes)] if render else [(seed, episodes)]
+        request = rollouts.policy_message(policy, observations)
+        calls = [(seed + episode, 1) for episode in range(episodes)] if on_frame is not None else [(seed, episodes)]
         returns: list[float] = []
         lengths: list[int] = []
         with self._guard():
             for first_seed, count in calls:
-                reply = self._evaluate({**request, "episodes": count, "seed": first_seed})
+                reply = self._evaluate({**request, "episodes": count, "seed": first_seed}, on_frame)
                 returns += reply["returns"].tolist()
                 lengths += reply["lengths"].tolist()
-                for frame in reply.get("frames", ()):
-                    on_frame(frame)
         return returns, lengths
 
     def close(self) -> None:
@@ -353,12 +373,27 @@ class RemoteBatchEnv(BatchChecks):
             episode_lengths=[],
         )
 
-    def _evaluate(self, message: dict[str, Any]) -> dict[str, Any]:
-        """The reply of the first server to an Evaluate call, retried (without a reset) while it faults."""
+    def _evaluate(self, message: dict[str, Any], on_frame: Callable[[np.ndarray], None] | None) -> dict[str, Any]:
+        """The reply of the first server to an Evaluate call, or to a Render call whose frames go to `on_frame`;
+        retried (without a reset) while it faults. A Render sent again replays the same episode (same seed), so
+        the frames `on_frame` already had are skipped."""
         server = self._servers[0]
+        delivered = 0
 
         def call() -> dict[str, Any]:
-            return server.call("Evaluate", message, self.rollout_timeout)
+            nonlocal delivered
+            if on_frame is None:
+                return server.call("Evaluate", message, self.rollout_timeout)
+            received = 0
+            for reply in server.stream(protocol.RENDER, message, self.rollout_timeout):
+                if "returns" in reply:
+                    return reply
+                frames = reply["frames"]
+                for frame in frames[max(0, delivered - received) :]:
+                    on_frame(frame)
+                received += len(frames)
+                delivered = max(delivered, received)
+            raise _Fault("the frames ended without the episode's returns")
 
         try:
             reply = call()
@@ -369,7 +404,8 @@ class RemoteBatchEnv(BatchChecks):
 
     def _reconnect(self, server: _Server, fault: _Fault) -> None:
         """Wait for `server` and reset it (see `_retry`)."""
-        self._retry(server, fault, lambda: server.start_session(server.call("Reset", {}, self.timeout)))
+        reset = functools.partial(server.call, "Reset", {"session": server.session}, self.timeout)
+        self._retry(server, fault, lambda: server.start_session(reset()))
         _LOG.warning("env server %s reset; the episodes in flight there were discarded", server.address)
 
     def _retry(self, server: _Server, fault: _Fault, call: Callable[[], Any]) -> Any:

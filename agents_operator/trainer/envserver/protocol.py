@@ -1,7 +1,7 @@
-"""The environment server's wire format: gRPC unary calls whose messages are dicts of JSON values and arrays.
+"""The environment server's wire format: gRPC calls whose messages are dicts of JSON values and arrays.
 
-There is no protoc-generated code. Every method is a generic unary-unary handler over bytes, and a message
-is encoded as
+There is no protoc-generated code. Every method is a generic handler over bytes (unary, but for Render's
+stream of replies), and a message is encoded as
 
     4-byte little-endian header length | UTF-8 JSON header | payload
 
@@ -15,19 +15,24 @@ token `session`, see `server.EnvService`):
 
     Spec      {}                                  -> env_id, num_envs, observation_shape, action_shape,
                                                      action_low, action_high, render_fps
-    Reset     {}                                  -> observations, session
+    Reset     {session}                           -> observations, session
     Step      {actions, session}                  -> the fields of `envs.StepResult`
     Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
                normalize_observations, noise, session}  -> the fields of `rollouts.Rollout`
-    Evaluate  {the policy fields of Collect, episodes, seed, render}
-                                                  -> returns, lengths, and with render the frames (uint8)
+    Evaluate  {the policy fields of Collect, episodes, seed}
+                                                  -> returns, lengths
+    Render    {the fields of Evaluate}            -> a stream: {frames} (uint8, at most half a message each)
+                                                     ..., then {returns, lengths}
 
-Evaluate plays `wrappers.run_episodes` on an environment of its own, apart from the batch: it needs no
-session and leaves the batch's episodes as they are.
+Evaluate and Render play `wrappers.run_episodes` on an environment of their own, apart from the batch: they
+need no session and leave the batch's episodes as they are.
 
-A reply may instead be `{"error": text, "stale": bool}`: `stale` when the request's session is not the
-server's current one (the server restarted, or another client reset it), otherwise the request failed and
-`error` holds the server's or the environment's traceback. Transport failures are gRPC status codes.
+A request the server will not run (it does not decode, a field is missing, out of range or not finite, see
+`requests`) is refused with gRPC INVALID_ARGUMENT and one line naming the field. A reply may instead be
+`{"error": text, "stale": bool}`: `stale` when the request's session is not the server's current one (the
+server restarted, or another client reset it) or a Reset would replace another client's live session;
+otherwise the request failed, and `error` is one line (the traceback is in the server's log). Transport
+failures, and a server busy with more calls than it admits (UNAVAILABLE), are gRPC status codes.
 
 The server also answers the standard `grpc.health.v1.Health/Check`, so a Kubernetes `grpc:` probe needs
 nothing else.
@@ -43,28 +48,43 @@ from typing import Any
 import numpy as np
 
 SERVICE = "agents.EnvServer"
-METHODS = ("Spec", "Reset", "Step", "Collect", "Evaluate")
+METHODS = ("Spec", "Reset", "Step", "Collect", "Evaluate")  # unary: one request, one reply
+RENDER = "Render"  # one request, a stream of replies
 HEALTH_SERVICE = "grpc.health.v1.Health"
 HEALTH_METHOD = "Check"
 # HealthCheckResponse{status: SERVING}: field 1 (tag 0x08, varint) = 1, as grpc/health/v1/health.proto encodes it.
 HEALTH_SERVING = b"\x08\x01"
 
-# A rollout of a large batch is one message; gRPC's default limit (4 MiB) would refuse it.
-MAX_MESSAGE_BYTES = 1 << 30
-CHANNEL_OPTIONS = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+# The largest message either side sends or accepts, unless told otherwise. A rollout is one message (the cheetah
+# preset's: 1.4 MB), rendered frames come in chunks of at most half of it (`CHUNK_FRACTION`). Encoding and
+# decoding a message briefly costs about three times its size, so this also bounds what one call costs in memory.
+MAX_MESSAGE_BYTES = 128 << 20
+CHUNK_FRACTION = 2
+_RECONNECT = (
     # Reconnect to a restarted server within a fraction of a second (gRPC's default backoff grows to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
-SERVER_OPTIONS = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+
+
+def _sizes(max_message_bytes: int) -> tuple[tuple[str, int], ...]:
+    return (
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    )
+
+
+def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> tuple[tuple[str, int], ...]:
+    """A client channel's gRPC options: message sizes up to `max_message_bytes`, quick reconnects."""
+    return (*_sizes(max_message_bytes), *_RECONNECT)
+
+
+def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> tuple[tuple[str, int], ...]:
+    """A server's gRPC options: message sizes up to `max_message_bytes`, its port its own."""
     # gRPC enables SO_REUSEPORT by default, which lets a second server bind a port that is in use.
-    ("grpc.so_reuseport", 0),
-)
+    return (*_sizes(max_message_bytes), ("grpc.so_reuseport", 0))
+
 
 _LENGTH = struct.Struct("<I")
 _ALIGNMENT = 8
