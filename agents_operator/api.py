@@ -76,7 +76,7 @@ class Sysctl(KubeModel):
 class SecurityContext(KubeModel):
     """The fields of a (pod or container) security context that Pod Security "restricted" constrains."""
 
-    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel)
     run_as_non_root: bool | None = None
     run_as_user: int | None = None
     seccomp_profile: Profile | None = None
@@ -118,7 +118,7 @@ Volume = _volume_model()
 
 
 class PodSpec(KubeModel):
-    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel)
     containers: list[Container] = Field(
         min_length=1,
         max_length=32,
