@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
-from agents_operator import naming, presets, tfconfig
+from agents_operator import naming, podsecurity, presets, tfconfig
 from agents_operator.config import TrainerConfig
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
@@ -41,17 +41,95 @@ class KubeModel(BaseModel):
 # --- pod template ----------------------------------------------------------------------------------------
 
 
+Text64 = Annotated[str, Field(max_length=64)]
+
+
+class Profile(KubeModel):
+    type: str | None = Field(
+        None, max_length=32, description="RuntimeDefault or Localhost under podSecurity Restricted."
+    )
+
+
+class SELinuxOptions(KubeModel):
+    type: str | None = Field(None, max_length=253)
+    user: str | None = Field(None, max_length=253)
+    role: str | None = Field(None, max_length=253)
+
+
+class WindowsOptions(KubeModel):
+    host_process: bool | None = Field(None, alias="hostProcess")
+
+
+class Capabilities(KubeModel):
+    add: list[Text64] | None = Field(None, max_length=64)
+    drop: list[Text64] | None = Field(None, max_length=64)
+
+
+class Sysctl(KubeModel):
+    name: str = Field(max_length=253)
+
+
+# The security fields below are modelled (the rest of a pod spec is kept as given) so that the CRD's CEL rules
+# can see them: an object that keeps unknown fields shows CEL only the fields its schema names.
+
+
+class SecurityContext(KubeModel):
+    """The fields of a (pod or container) security context that Pod Security "restricted" constrains."""
+
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel)
+    run_as_non_root: bool | None = None
+    run_as_user: int | None = None
+    seccomp_profile: Profile | None = None
+    app_armor_profile: Profile | None = None
+    se_linux_options: SELinuxOptions | None = Field(None, alias="seLinuxOptions")
+    windows_options: WindowsOptions | None = None
+
+
+class ContainerSecurityContext(SecurityContext):
+    privileged: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    capabilities: Capabilities | None = None
+    proc_mount: str | None = Field(None, max_length=32)
+
+
+class PodSecurityContext(SecurityContext):
+    sysctls: list[Sysctl] | None = Field(None, max_length=64)
+
+
+class ContainerPort(KubeModel):
+    host_port: int | None = Field(None, alias="hostPort")
+
+
 class Container(KubeModel):
     name: str = Field(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Container name.")
     image: str | None = Field(None, max_length=1024, description="Image; defaults to spec.image.")
+    security_context: ContainerSecurityContext | None = Field(None, alias="securityContext")
+    ports: list[ContainerPort] | None = Field(None, max_length=64)
+
+
+def _volume_model() -> type[BaseModel]:
+    """A Volume, with every node-bound source type named (see `podsecurity.NODE_VOLUME_TYPES`)."""
+    fields: dict[str, Any] = {"name": (str, Field(max_length=63))}
+    fields.update({t: (dict[str, Any] | None, None) for t in podsecurity.NODE_VOLUME_TYPES})
+    return create_model("Volume", __base__=KubeModel, **fields)
+
+
+Volume = _volume_model()
 
 
 class PodSpec(KubeModel):
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel)
     containers: list[Container] = Field(
         min_length=1,
         max_length=32,
         description="Containers of the replica. The one named 'agents' (or else the first) runs the trainer.",
     )
+    init_containers: list[Container] | None = Field(None, max_length=32, description="Init containers.")
+    volumes: list[Volume] | None = Field(None, max_length=256)  # type: ignore[valid-type]
+    host_network: bool | None = None
+    host_pid: bool | None = Field(None, alias="hostPID")
+    host_ipc: bool | None = Field(None, alias="hostIPC")
+    security_context: PodSecurityContext | None = None
 
 
 class PodTemplate(KubeModel):
@@ -261,6 +339,15 @@ class AgentsJobSpec(CamelModel):
     tensorboard: TensorBoard = Field(default_factory=TensorBoard, description="Optional TensorBoard.")
     environments: Environments = Field(
         default_factory=Environments, description="Where the environments run: colocated, sidecar or remote."
+    )
+
+    pod_security: podsecurity.PodSecurity = Field(
+        podsecurity.RESTRICTED,
+        description="Restricted: every pod the operator creates meets Pod Security Standard 'restricted'; "
+        "templates that would break it are refused. Privileged: templates may escalate (privileged, host "
+        "namespaces, hostPath, ...); the operator runs such a job only when started with "
+        "--allow-privileged-jobs (chart value podSecurity.allowPrivilegedJobs), else the job fails with "
+        "reason PrivilegedNotAllowed and no pods are created.",
     )
 
     def restart_policy(self, replica_type: str) -> RestartPolicy:
@@ -560,6 +647,41 @@ RULES: tuple[Rule, ...] = (
         check=lambda new, old: old is None or _get(new, "spec", "successPolicy") == _get(old, "spec", "successPolicy"),
     ),
 )
+
+
+TEMPLATES = (
+    "spec.replicaSpecs.ps.template",
+    "spec.replicaSpecs.worker.template",
+    "spec.replicaSpecs.evaluator.template",
+    "spec.environments.server.template",
+)
+"""The field path of every pod template of a job."""
+
+
+def _restricted_rule(template: str, check: podsecurity.Check) -> Rule:
+    """`check` on one template, unless the job says podSecurity Privileged. Hung at `spec`, where CEL sees
+    both the template and spec.podSecurity."""
+    path = template.split(".")
+    present = " && ".join(f"has(self.{'.'.join(path[1:n])})" for n in range(3, len(path) + 1))
+    pod_spec = "self." + ".".join(path[1:]) + ".spec"
+    field = f"{template}.spec.{check.field}"
+
+    def holds(new: dict, _: dict | None) -> bool:
+        if _get(new, "spec", "podSecurity") == podsecurity.PRIVILEGED:
+            return True
+        spec = _get(new, *path, "spec")
+        return not isinstance(spec, dict) or check.check(spec)
+
+    return Rule(
+        at=("spec",),
+        cel=f"self.podSecurity == '{podsecurity.PRIVILEGED}' || !({present}) || ({check.cel.replace('{s}', pod_spec)})",
+        message=f"{check.message} under spec.podSecurity Restricted (Pod Security Standard restricted)",
+        field=field,
+        check=holds,
+    )
+
+
+RULES += tuple(_restricted_rule(template, check) for template in TEMPLATES for check in podsecurity.CHECKS)
 
 
 # --- parsing with errors a person can act on -------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from agents_operator import __version__
@@ -87,6 +88,9 @@ def _run(args: argparse.Namespace) -> int:
         namespaces=args.namespace or [],
         all_namespaces=args.all_namespaces,
         default_image=args.default_image or operator_main.render.DEFAULT_IMAGE,
+        allow_privileged=args.allow_privileged_jobs,
+        operator_namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None,
+        operator_pod_labels=args.operator_pod_labels,
         log_format=args.log_format,
         verbose=args.verbose,
         peering=args.peering,
@@ -100,6 +104,14 @@ def _run(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
     )
     return operator_main.run(options)
+
+
+def _labels(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` as a dict; argparse prints the error as a one-line usage error."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if any(len(pair) != 2 or not pair[0] for pair in pairs):
+        raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {text!r}")
+    return dict(pairs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +169,23 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("-n", "--namespace", action="append", help="namespace to serve (repeatable; globs allowed)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace")
     p.add_argument("--default-image", help="image of replicas whose job names none")
+    p.add_argument(
+        "--allow-privileged-jobs",
+        action="store_true",
+        help="run jobs with spec.podSecurity Privileged (templates may escalate); without it they fail",
+    )
+    p.add_argument(
+        "--operator-namespace",
+        help="the operator's namespace, whose operator pods alone may read job metrics "
+        "(default: $POD_NAMESPACE; unset: no pod may)",
+    )
+    p.add_argument(
+        "--operator-pod-labels",
+        type=_labels,
+        default={},
+        metavar="K=V,...",
+        help="labels of the operator's pods, for the same rule (default: every pod of its namespace)",
+    )
     p.add_argument("--log-format", choices=["plain", "json"], default="plain", help="log format (default: plain)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--peering", metavar="NAME", help="KopfPeering object for HA: one active replica of many")

@@ -62,6 +62,8 @@ class JobMemory:
 @dataclass
 class ControllerOptions:
     render: render.RenderOptions = field(default_factory=render.RenderOptions)
+    allow_privileged: bool = False
+    """Run jobs with spec.podSecurity Privileged (--allow-privileged-jobs); else they fail unrendered."""
     progress_interval: float = 30.0
     """Seconds between reads of the chief's /metrics (and resyncs of every job)."""
     metrics_timeout: float = 5.0
@@ -188,6 +190,7 @@ class Controller:
             now=self.now(),
             options=self.options.render,
             cache=cache,
+            allow_privileged=self.options.allow_privileged,
         )
 
     def _overlay(self, job: dict, pods: list, memory: JobMemory) -> tuple[dict, list]:

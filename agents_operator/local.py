@@ -142,7 +142,10 @@ def _process(
     container: dict, logdir: Path, addresses: dict[str, str], port: int | None, metrics_port: int, video: bool
 ) -> tuple[list[str], dict[str, str]]:
     """argv and environment of one rendered container as a local process."""
-    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    # The pod's scratch locations (/tmp for HOME and caches) are for its read-only root; here the user's own apply.
+    env = {
+        e["name"]: e["value"] for e in container.get("env", []) if "value" in e and e["name"] not in render.SCRATCH_ENV
+    }
     if tfconfig.ENV_VAR in env:
         env[tfconfig.ENV_VAR] = tfconfig.parse(env[tfconfig.ENV_VAR]).with_addresses(addresses).to_json()
     if tfconfig.ENV_SERVERS_VAR in env:

@@ -42,6 +42,13 @@ class OperatorOptions:
     """Namespaces to serve (globs allowed); empty with all_namespaces=False means 'default'."""
     all_namespaces: bool = False
     default_image: str = render.DEFAULT_IMAGE
+    allow_privileged: bool = False
+    """Run AgentsJobs with spec.podSecurity Privileged; off, they fail with PrivilegedNotAllowed."""
+    operator_namespace: str | None = None
+    """The operator's own namespace (the chart sets POD_NAMESPACE from the downward API): job pods open their
+    metrics port to the operator's pods there only. None: to nobody."""
+    operator_pod_labels: dict[str, str] = field(default_factory=dict)
+    """Labels that select the operator's pods (the chart passes its selector labels)."""
     log_format: str = "plain"
     """plain or json."""
     verbose: bool = False
@@ -181,7 +188,12 @@ def build(options: OperatorOptions, kube: Kube | None = None) -> tuple[kopf.Oper
     controller = Controller(
         kube,
         ControllerOptions(
-            render=render.RenderOptions(default_image=options.default_image),
+            render=render.RenderOptions(
+                default_image=options.default_image,
+                operator_namespace=options.operator_namespace,
+                operator_pod_labels=tuple(sorted(options.operator_pod_labels.items())),
+            ),
+            allow_privileged=options.allow_privileged,
             progress_interval=options.progress_interval,
         ),
         metrics=OperatorMetrics(),

@@ -12,7 +12,8 @@ that runs the same plan twice from a stale cache) makes the same decisions again
 - a finished job is never reopened: after Succeeded/Failed only cleanup and the TTL run.
 
 Lifecycle, in the order `plan` decides it:
-1. spec that fails `api.parse_job` -> Failed/InvalidSpec (no children touched);
+1. spec that fails `api.parse_job` -> Failed/InvalidSpec, spec.podSecurity Privileged on an operator that does
+   not allow it -> Failed/PrivilegedNotAllowed (no children touched);
 2. finished -> cleanPodPolicy, then ttlSecondsAfterFinished deletes the job;
 3. successPolicy met (ChiefWorker: worker 0 succeeded; AllWorkers: every worker) -> Succeeded;
 4. activeDeadlineSeconds passed since startTime -> Failed/DeadlineExceeded, running pods deleted even under
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from agents_operator import api, naming, render, status
+from agents_operator import api, naming, podsecurity, render, status
 from agents_operator.api import AgentsJobStatus, ReplicaStatus
 from agents_operator.status import ACTIVE, FAILED, SUCCEEDED, ChildView, PodView
 
@@ -294,10 +295,13 @@ def plan(
     now: datetime,
     options: render.RenderOptions | None = None,
     cache: DesiredCache | None = None,
+    allow_privileged: bool = False,
 ) -> Plan:
     """Decide what to do about one AgentsJob, given its observed pods, Services and Deployments.
 
     `cache` (this job's, from an earlier plan) spares rendering what the spec asks for again.
+    `allow_privileged`: the operator's opt-out (--allow-privileged-jobs); without it a job with
+    spec.podSecurity Privileged fails before any child is created.
     """
     options = options or render.RenderOptions()
     meta = job.get("metadata") or {}
@@ -310,12 +314,9 @@ def plan(
     try:
         spec_job = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in job})
     except api.InvalidJob as err:
-        st.observed_generation = meta.get("generation")  # judged: its spec changes are what wake the operator
-        if not status.finished(prev):
-            b.condition("Running", False, "InvalidSpec", "the spec cannot run")
-            b.condition("Failed", True, "InvalidSpec", f"the spec cannot run: {err}")
-            st.completion_time = status.timestamp(now)
-        return b.finish(old)
+        return _refuse(b, prev, old, meta, "InvalidSpec", f"the spec cannot run: {err}")
+    if spec_job.spec.pod_security == podsecurity.PRIVILEGED and not allow_privileged:
+        return _refuse(b, prev, old, meta, "PrivilegedNotAllowed", PRIVILEGED_NOT_ALLOWED)
 
     if meta.get("deletionTimestamp"):
         return Plan(actions=[], status=old)  # being deleted: creating children now would fight the GC
@@ -494,6 +495,22 @@ def plan(
     live = {s: p for s, p in slots.items() if not p.terminating}
     live.update({slot: PodView(naming.child_name(name, *slot), *slot, phase="Pending") for slot in created})
     st.replica_statuses = _replica_statuses(spec_job, live)
+    return b.finish(old)
+
+
+PRIVILEGED_NOT_ALLOWED = (
+    f"spec.podSecurity: {podsecurity.PRIVILEGED} is not allowed by this operator (it runs without "
+    "--allow-privileged-jobs, chart value podSecurity.allowPrivilegedJobs); no pods were created"
+)
+
+
+def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason: str, message: str) -> Plan:
+    """1. A job that cannot run fails at once, and nothing of it is created."""
+    b.status.observed_generation = meta.get("generation")  # judged: its spec changes are what wake the operator
+    if not status.finished(prev):
+        b.condition("Running", False, reason, "the spec cannot run")
+        b.condition("Failed", True, reason, message)
+        b.status.completion_time = status.timestamp(b.now)
     return b.finish(old)
 
 

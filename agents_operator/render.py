@@ -11,13 +11,24 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents_operator import __version__, naming, tfconfig
+from agents_operator import __version__, naming, podsecurity, tfconfig
 from agents_operator.api import AgentsJob
 
 DEFAULT_IMAGE = f"agents-operator:{__version__}"
 TRAINER_CONTAINER = "agents"
 ENV_SERVER_CONTAINER = "env-server"
 RUN_VOLUME = "agents-run"
+SCRATCH_VOLUME = "agents-tmp"
+SCRATCH_PATH = "/tmp"
+"""An emptyDir on /tmp in every container: root file systems are read-only, and Python, matplotlib, TensorFlow
+and the simulators write caches and temporary files."""
+SCRATCH_ENV = {
+    "HOME": SCRATCH_PATH,
+    "TMPDIR": SCRATCH_PATH,
+    "XDG_CACHE_HOME": f"{SCRATCH_PATH}/.cache",
+    "MPLCONFIGDIR": f"{SCRATCH_PATH}/matplotlib",
+}
+"""Where the trainer and env server write outside the run directory: all under the scratch volume."""
 GRPC_PORT_NAME = "tf-grpc"
 ENV_PORT_NAME = "env-grpc"
 METRICS_PORT_NAME = "metrics"
@@ -25,20 +36,11 @@ TENSORBOARD_PORT = 6006
 RUN_AS = 1000
 """Non-root UID and GID of the image's user; pods run as it unless their template says otherwise."""
 
-POD_SECURITY = {
-    "runAsNonRoot": True,
-    "runAsUser": RUN_AS,
-    "runAsGroup": RUN_AS,
-    "fsGroup": RUN_AS,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-CONTAINER_SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "runAsNonRoot": True,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
+POD_SECURITY = {**podsecurity.POD_DEFAULTS, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS}
+CONTAINER_SECURITY = {**podsecurity.CONTAINER_DEFAULTS, "readOnlyRootFilesystem": True}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace: selects a namespace by name in a NetworkPolicy."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class RenderOptions:
 
     default_image: str = DEFAULT_IMAGE
     port: int = tfconfig.DEFAULT_PORT
+    operator_namespace: str | None = None
+    """The operator's namespace: with `operator_pod_labels`, who may read the chief's metrics port. None (an
+    offline render): nobody may."""
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
+    """Labels of the operator's pods (pairs, so that options stay hashable); empty: any pod of its namespace."""
 
 
 def run_dir(job: AgentsJob) -> str:
@@ -162,10 +169,37 @@ def _trainer_container(job: AgentsJob, given: dict, replica_type: str, index: in
     container["ports"] = container.get("ports", []) + [
         p for p in _ports(job, replica_type, index, options) if p["name"] not in port_names
     ]
+    container["env"] += _scratch_env(container["env"])
     mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != RUN_VOLUME]
     container["volumeMounts"] = [*mounts, {"name": RUN_VOLUME, "mountPath": job.spec.storage.path}]
-    container["securityContext"] = _merge_defaults(CONTAINER_SECURITY, container.get("securityContext"))
     return container
+
+
+def _scratch_env(env: list[dict]) -> list[dict]:
+    """SCRATCH_ENV's variables that `env` does not set itself."""
+    names = {e.get("name") for e in env}
+    return [{"name": k, "value": v} for k, v in SCRATCH_ENV.items() if k not in names]
+
+
+def _secure(job: AgentsJob, spec: dict) -> None:
+    """Restricted defaults, in place, on the pod and every container (the operator's, the template's extra
+    and init containers, the env-server sidecar): what the template sets wins, except that a Restricted job
+    gets every field Pod Security "restricted" constrains forced to a value it allows. Each container gets
+    /tmp from the scratch volume (root file systems are read-only), and the pod no service-account token
+    unless its template names an account: training talks to no API server."""
+    for containers in podsecurity.CONTAINER_LISTS:
+        for container in spec.get(containers) or []:
+            container["securityContext"] = _merge_defaults(CONTAINER_SECURITY, container.get("securityContext"))
+            mounts = container.get("volumeMounts") or []
+            if not any(m.get("mountPath") == SCRATCH_PATH for m in mounts):
+                container["volumeMounts"] = [*mounts, {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH}]
+    spec["securityContext"] = _merge_defaults(POD_SECURITY, spec.get("securityContext"))
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") != SCRATCH_VOLUME]
+    spec["volumes"] = [*volumes, {"name": SCRATCH_VOLUME, "emptyDir": {}}]
+    if not (spec.get("serviceAccountName") or spec.get("serviceAccount")):
+        spec.setdefault("automountServiceAccountToken", False)
+    if job.spec.pod_security == podsecurity.RESTRICTED:
+        podsecurity.restrict_pod_spec(spec)
 
 
 def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | None = None) -> dict:
@@ -191,7 +225,6 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
     for i, container in enumerate(containers):
         if i != main:
             container.setdefault("image", job.spec.image or options.default_image)
-            container["securityContext"] = _merge_defaults(CONTAINER_SECURITY, container.get("securityContext"))
     if job.spec.environments.placement == "sidecar" and replica_type in SIMULATING_TYPES:
         # A native sidecar: started before the trainer, restarted by the kubelet, stopped after it.
         (share,) = env_server_shares(job, replica_type, index)
@@ -204,9 +237,9 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
 
     # The operator replaces failed pods itself, so that every restart counts against backoffLimit.
     pod_spec["restartPolicy"] = "Never"
-    pod_spec["securityContext"] = _merge_defaults(POD_SECURITY, pod_spec.get("securityContext"))
     if replica_type != naming.ENV_SERVER:
         pod_spec["volumes"] = [v for v in pod_spec.get("volumes", []) if v.get("name") != RUN_VOLUME] + [_volume(job)]
+    _secure(job, pod_spec)
     scheduling = job.spec.run_policy.scheduling_policy
     if scheduling and scheduling.scheduler_name:
         pod_spec.setdefault("schedulerName", scheduling.scheduler_name)
@@ -330,6 +363,7 @@ def _env_server_container(job: AgentsJob, given: dict, share: EnvServerShare, op
     extra = [*(server.env or []), {"name": "PYTHONUNBUFFERED", "value": "1"}]
     names = {e.get("name") for e in container.get("env", [])}
     container["env"] = container.get("env", []) + [copy.deepcopy(e) for e in extra if e.get("name") not in names]
+    container["env"] += _scratch_env(container["env"])
     ports = [p for p in container.get("ports", []) if p.get("name") != ENV_PORT_NAME]
     container["ports"] = [*ports, {"name": ENV_PORT_NAME, "containerPort": port, "protocol": "TCP"}]
     grpc = {"grpc": {"port": port}}
@@ -339,7 +373,6 @@ def _env_server_container(job: AgentsJob, given: dict, share: EnvServerShare, op
     )
     container.setdefault("readinessProbe", {**grpc, "periodSeconds": PROBE_PERIOD_SECONDS})
     container.setdefault("livenessProbe", {**grpc, "periodSeconds": 2 * PROBE_PERIOD_SECONDS, "failureThreshold": 6})
-    container["securityContext"] = _merge_defaults(CONTAINER_SECURITY, container.get("securityContext"))
     return container
 
 
@@ -402,8 +435,10 @@ def tensorboard(job: AgentsJob, options: RenderOptions | None = None) -> list[di
         "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}],
         "volumeMounts": [{"name": RUN_VOLUME, "mountPath": job.spec.storage.path, "readOnly": True}],
         "readinessProbe": {"httpGet": {"path": "/", "port": TENSORBOARD_PORT}, "periodSeconds": 10},
-        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
+        "env": _scratch_env([]),
     }
+    pod_spec = {"containers": [container], "volumes": [_volume(job)]}
+    _secure(job, pod_spec)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -411,14 +446,7 @@ def tensorboard(job: AgentsJob, options: RenderOptions | None = None) -> list[di
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [container],
-                    "securityContext": copy.deepcopy(POD_SECURITY),
-                    "volumes": [_volume(job)],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
     svc = {
@@ -430,15 +458,37 @@ def tensorboard(job: AgentsJob, options: RenderOptions | None = None) -> list[di
             "ports": [{"name": "http", "port": 80, "targetPort": TENSORBOARD_PORT, "protocol": "TCP"}],
         },
     }
-    return [deployment, svc]
+    return [deployment, svc, _tensorboard_policy(job, labels)]
+
+
+def _tensorboard_policy(job: AgentsJob, labels: dict[str, str]) -> dict:
+    """TensorBoard has no authentication: only pods of the job's own namespace may reach it (its in-cluster
+    URL in status serves them), and `kubectl port-forward`, which no NetworkPolicy governs."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job, naming.tensorboard_name(job.name), labels),
+        "spec": {
+            "podSelector": {"matchLabels": labels},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {}}], "ports": [{"port": TENSORBOARD_PORT, "protocol": "TCP"}]}],
+        },
+    }
+
+
+def _operator_peer(options: RenderOptions) -> dict:
+    """The NetworkPolicy peer of the operator's pods (its namespace by name, and its pods' labels)."""
+    namespace = {"matchLabels": {NAMESPACE_NAME_LABEL: options.operator_namespace}}
+    return {"namespaceSelector": namespace, "podSelector": {"matchLabels": dict(options.operator_pod_labels)}}
 
 
 def network_policy(job: AgentsJob, options: RenderOptions | None = None) -> dict:
     """Only the job's own pods may reach its TensorFlow and env-server gRPC ports (neither authenticates).
 
     A sidecar env server is reached over localhost, which no NetworkPolicy governs; its port is closed to
-    other pods like every port not listed here. The chief's metrics port stays open to the operator and
-    Prometheus. The TensorBoard pod is not selected (it has no replica-type label).
+    other pods like every port not listed here. The chief's metrics port is open to the operator's pods
+    only (it reads progress there), and only when the options name the operator's namespace. The TensorBoard
+    pod is not selected (it has no replica-type label) and has a policy of its own.
     """
     options = options or RenderOptions()
     replicas = {
@@ -450,8 +500,8 @@ def network_policy(job: AgentsJob, options: RenderOptions | None = None) -> dict
         own_ports.append({"port": job.spec.environments.port, "protocol": "TCP"})
     ingress: list[dict] = [{"from": [{"podSelector": copy.deepcopy(replicas)}], "ports": own_ports}]
     metrics_port = job.trainer_config().metrics_port
-    if metrics_port:
-        ingress.append({"ports": [{"port": metrics_port, "protocol": "TCP"}]})
+    if metrics_port and options.operator_namespace:
+        ingress.append({"from": [_operator_peer(options)], "ports": [{"port": metrics_port, "protocol": "TCP"}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -37,10 +37,16 @@ def _node(obj, path):
     return obj
 
 
+@cache
+def _schema() -> dict:
+    """The CRD's schema, built once: the agreement tests ask for thousands of verdicts (only read, never changed)."""
+    return crd.openapi_schema()
+
+
 def cel_verdict(rule: api.Rule, new: dict, old: dict | None = None) -> bool | None:
     """The rule's CEL verdict on defaulted objects, or None where the API server would not run it
     (the node is absent, or a transition rule without an old object)."""
-    schema = crd.openapi_schema()
+    schema = _schema()
     new = apply_defaults(schema, copy.deepcopy(new))
     node = _node(new, rule.at)
     if node is None:

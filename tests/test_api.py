@@ -82,6 +82,78 @@ class Bad:
     """The manifest names a kind or version the API server does not serve: refused before any field is read."""
 
 
+WORKER_POD = "spec.replicaSpecs.worker.template.spec"
+CONTAINER_RULE = "containers[*].securityContext: privileged, allowPrivilegeEscalation"
+POD_RULE = "runAsNonRoot false, runAsUser 0"
+
+
+def _escalating(**security_context) -> dict:
+    return {"containers": [{"name": "agents", "securityContext": security_context}]}
+
+
+ESCALATIONS = [
+    # (a pod spec that breaks Pod Security "restricted", the field named, what is said about it)
+    ({"hostNetwork": True, "containers": [{"name": "agents"}]}, "hostNetwork", "hostNetwork must be unset or false"),
+    ({"hostPID": True, "containers": [{"name": "agents"}]}, "hostPID", "hostPID must be unset or false"),
+    ({"hostIPC": True, "containers": [{"name": "agents"}]}, "hostIPC", "hostIPC must be unset or false"),
+    (
+        {"volumes": [{"name": "root", "hostPath": {"path": "/"}}], "containers": [{"name": "agents"}]},
+        "volumes",
+        "hostPath and the other node-bound volume types are not allowed",
+    ),
+    (
+        {"volumes": [{"name": "n", "nfs": {"server": "s", "path": "/"}}], "containers": [{"name": "agents"}]},
+        "volumes",
+        "node-bound volume types",
+    ),
+    ({"securityContext": {"runAsUser": 0}, "containers": [{"name": "agents"}]}, "securityContext", POD_RULE),
+    ({"securityContext": {"runAsNonRoot": False}, "containers": [{"name": "agents"}]}, "securityContext", POD_RULE),
+    (
+        {"securityContext": {"seccompProfile": {"type": "Unconfined"}}, "containers": [{"name": "agents"}]},
+        "securityContext",
+        POD_RULE,
+    ),
+    (
+        {"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}, "containers": [{"name": "a"}]},
+        "securityContext",
+        "sysctls outside the safe set",
+    ),
+    (
+        {"securityContext": {"seLinuxOptions": {"type": "spc_t"}}, "containers": [{"name": "agents"}]},
+        "securityContext",
+        POD_RULE,
+    ),
+    (_escalating(privileged=True), "containers", CONTAINER_RULE),
+    (_escalating(allowPrivilegeEscalation=True), "containers", CONTAINER_RULE),
+    (_escalating(runAsUser=0), "containers", CONTAINER_RULE),
+    (_escalating(runAsNonRoot=False), "containers", CONTAINER_RULE),
+    (_escalating(capabilities={"add": ["SYS_ADMIN"]}), "containers", CONTAINER_RULE),
+    (_escalating(seccompProfile={"type": "Unconfined"}), "containers", CONTAINER_RULE),
+    (_escalating(appArmorProfile={"type": "Unconfined"}), "containers", CONTAINER_RULE),
+    (_escalating(procMount="Unmasked"), "containers", CONTAINER_RULE),
+    (_escalating(seLinuxOptions={"user": "system_u"}), "containers", CONTAINER_RULE),
+    (_escalating(windowsOptions={"hostProcess": True}), "containers", CONTAINER_RULE),
+    (
+        {"containers": [{"name": "agents", "ports": [{"containerPort": 80, "hostPort": 80}]}]},
+        "containers",
+        "containers[*].ports[*].hostPort must be unset or 0",
+    ),
+    (
+        {"initContainers": [{"name": "setup", "securityContext": {"privileged": True}}], "containers": [{"name": "a"}]},
+        "initContainers",
+        "initContainers[*].securityContext: privileged",
+    ),
+    (
+        {
+            "initContainers": [{"name": "setup", "ports": [{"containerPort": 1, "hostPort": 1}]}],
+            "containers": [{"name": "a"}],
+        },
+        "initContainers",
+        "initContainers[*].ports[*].hostPort",
+    ),
+]
+"""What a Restricted job's templates may not say (each is accepted with spec.podSecurity Privileged)."""
+
 PRESET = "the CRD cannot see presets (they live in the trainer image): the resolved trainer config is checked here"
 NULL = "the API server drops a null that the schema does not allow, so the preset's value applies"
 BAD = [
@@ -174,6 +246,17 @@ BAD = [
     Bad("spec.environments.server.restartPolicy", "Sometimes", "spec.environments.server.restartPolicy", "must be one"),
     Bad("spec.environments.server.image", 7, "spec.environments.server.image", "Input should be a valid string"),
     Bad("spec.environments.server.cpu", "2", "spec.environments.server.cpu", "unknown field"),
+    *(
+        Bad("spec.replicaSpecs.worker.template", {"spec": pod_spec}, f"{WORKER_POD}.{field}", reason)
+        for pod_spec, field, reason in ESCALATIONS
+    ),
+    Bad(
+        "spec.environments",
+        {"placement": "remote", "server": {"template": {"spec": {"hostPID": True, "containers": [{"name": "e"}]}}}},
+        "spec.environments.server.template.spec.hostPID",
+        "hostPID must be unset or false under spec.podSecurity Restricted",
+    ),
+    Bad("spec.podSecurity", "Baseline", "spec.podSecurity", "must be one of"),
     Bad("spec", _DELETE, "spec", "Field required"),
     Bad("kind", "TFJob", "kind", "expected apiVersion agents.dev/v1alpha1 and kind AgentsJob", unknown_resource=True),
     Bad("apiVersion", "agents.dev/v1", "apiVersion", "expected apiVersion agents.dev/v1alpha1", unknown_resource=True),
@@ -192,6 +275,26 @@ def bad_manifest(bad: Bad) -> dict:
 def test_bad_input_names_the_field_and_reason(bad):
     found = problems(bad_manifest(bad))
     assert any(p.startswith(f"{bad.field}: ") and bad.reason in p for p in found), found
+
+
+@pytest.mark.parametrize(("pod_spec", "_field", "_reason"), ESCALATIONS, ids=lambda v: str(v)[:40])
+def test_privileged_jobs_may_escalate(pod_spec, _field, _reason):
+    data = _with("spec.replicaSpecs.worker.template", {"spec": pod_spec})
+    data["spec"]["podSecurity"] = "Privileged"
+    assert parse_job(data).spec.pod_security == "Privileged"
+
+
+def test_restricted_templates_may_say_what_restricted_allows():
+    allowed = {
+        "securityContext": {"runAsUser": 4242, "seccompProfile": {"type": "Localhost", "localhostProfile": "p"}},
+        "volumes": [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "s", "emptyDir": {}}],
+        "initContainers": [{"name": "setup", "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}}],
+        "containers": [
+            {"name": "agents", "securityContext": {"seLinuxOptions": {"type": "container_t", "level": "s0"}}},
+            {"name": "extra", "ports": [{"containerPort": 80, "hostPort": 0}]},
+        ],
+    }
+    assert parse_job(_with("spec.replicaSpecs.worker.template", {"spec": allowed})).spec.pod_security == "Restricted"
 
 
 def test_every_problem_is_reported_at_once():

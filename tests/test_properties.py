@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from agents_operator import api, naming, presets, render
 from agents_operator.api import InvalidJob, parse_job
 from tests.crdtools import cel_verdict
+from tests.test_api import ESCALATIONS
+from tests.test_podsecurity import violations
 
 DNS = re.compile(naming.DNS_1035_LABEL)
 
@@ -27,6 +29,7 @@ replica = st.fixed_dictionaries(
             st.just({"spec": {"containers": []}}),
             st.just({"spec": {}}),
             st.just({"spec": {"containers": [{"name": "agents", "image": "x"}, {"name": "side"}]}}),
+            st.sampled_from([{"spec": pod_spec} for pod_spec, _, _ in ESCALATIONS]),
         ),
     },
 )
@@ -63,6 +66,7 @@ spec = st.fixed_dictionaries(
         ),
         "tensorboard": st.fixed_dictionaries({"enabled": st.booleans()}),
         "successPolicy": st.sampled_from(["ChiefWorker", "AllWorkers", "Anyone"]),
+        "podSecurity": st.sampled_from(["Restricted", "Privileged", "Baseline"]),
         "environments": st.fixed_dictionaries(
             {},
             optional={
@@ -116,6 +120,8 @@ def test_validate_accepts_and_renders_or_names_a_problem(data):
         assert servers == counts["worker"] * per_worker + counts["evaluator"]
     for child in children:
         assert DNS.match(child["metadata"]["name"]) and len(child["metadata"]["name"]) <= 63
+        if child["kind"] == "Pod" and job.spec.pod_security == "Restricted":
+            assert violations(child["spec"]) == []
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

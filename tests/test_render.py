@@ -116,7 +116,7 @@ def test_template_fields_are_kept_and_win():
                     "name": "agents",
                     "command": ["python", "-m", "mytrainer"],
                     "env": [{"name": "FOO", "value": "1"}, {"name": "TF_CONFIG", "value": "stale"}],
-                    "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}},
+                    "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}},
                     "resources": {"limits": {"cpu": "2"}},
                 },
             ],
@@ -134,7 +134,7 @@ def test_template_fields_are_kept_and_win():
     env = [e["name"] for e in trainer["env"]]
     assert env.count("TF_CONFIG") == 1 and "FOO" in env
     assert json.loads(next(e["value"] for e in trainer["env"] if e["name"] == "TF_CONFIG"))["task"]["index"] == 0
-    assert trainer["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert trainer["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
     assert trainer["resources"] == {"limits": {"cpu": "2"}}
     assert pod["metadata"]["labels"]["team"] == "rl"
     assert pod["metadata"]["labels"][naming.LABEL_JOB] == "j"  # ours win: selectors depend on them
@@ -158,7 +158,7 @@ def test_storage_volume():
 def test_tensorboard_only_when_enabled():
     assert render.tensorboard(load(ROOT / "examples" / "pendulum.yaml")) == []
     job = load(ROOT / "examples" / "bullet-ant.yaml")
-    deployment, service = render.tensorboard(job)
+    deployment, service, _policy = render.tensorboard(job)
     assert deployment["metadata"]["name"] == "bullet-ant-tensorboard"
     assert service["spec"]["ports"][0]["targetPort"] == render.TENSORBOARD_PORT
     assert render.tensorboard_url(job) == "http://bullet-ant-tensorboard.research.svc"
@@ -186,10 +186,9 @@ def test_network_policy_opens_the_grpc_port_to_the_jobs_own_replicas_only():
     selector = policy["spec"]["podSelector"]
     assert selector["matchLabels"] == {naming.LABEL_JOB: "pendulum"}
     assert selector["matchExpressions"] == [{"key": naming.LABEL_TYPE, "operator": "Exists"}]
-    grpc, metrics = policy["spec"]["ingress"]
+    (grpc,) = policy["spec"]["ingress"]  # the metrics port: see tests/test_podsecurity.py
     assert grpc["from"] == [{"podSelector": selector}]
     assert grpc["ports"] == [{"port": 2222, "protocol": "TCP"}]
-    assert "from" not in metrics and metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
     assert policy["metadata"]["ownerReferences"][0]["uid"] == UID
     assert render.children(job)[0] == policy
     tensorboard = render.tensorboard(load(ROOT / "examples" / "bullet-ant.yaml"))[0]
@@ -251,7 +250,8 @@ def test_remote_server_pods_take_their_template_image_resources_and_probes():
     assert pod["metadata"]["labels"][naming.LABEL_TYPE] == naming.ENV_SERVER
     assert pod["spec"]["nodeSelector"] == {"agents.dev/pool": "simulation"}
     assert pod["spec"]["restartPolicy"] == "Never"
-    assert "volumes" not in pod["spec"]  # the run directory is the trainer's business
+    # The run directory is the trainer's business: an env server has only its scratch /tmp.
+    assert [v["name"] for v in pod["spec"]["volumes"]] == [render.SCRATCH_VOLUME]
     (container,) = pod["spec"]["containers"]
     assert container["image"] == render.DEFAULT_IMAGE
     assert container["resources"]["requests"] == {"cpu": "4", "memory": "2Gi"}

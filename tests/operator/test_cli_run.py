@@ -4,6 +4,8 @@ import gc
 import subprocess
 import sys
 
+import pytest
+
 from agents_operator import cli
 
 
@@ -18,6 +20,33 @@ def test_run_flags_reach_the_operator(monkeypatch):
     assert options.namespaces == ["a", "b"] and not options.all_namespaces
     assert options.log_format == "json" and options.peering == "agents" and options.metrics_port == 9100
     assert options.liveness == "http://0.0.0.0:8080/healthz" and options.default_image == "img:1"
+
+
+def test_pod_security_flags_reach_the_controller_and_render(monkeypatch):
+    from agents_operator import operator_main
+
+    seen = []
+    monkeypatch.setattr(operator_main, "run", lambda options: seen.append(options) or 0)
+    monkeypatch.setenv("POD_NAMESPACE", "ops")  # the chart sets it from the downward API
+    argv = ["run", "--allow-privileged-jobs", "--operator-pod-labels", "app=op,release=r"]
+    assert cli.main(argv) == 0
+    (options,) = seen
+    assert options.allow_privileged and options.operator_namespace == "ops"
+    assert options.operator_pod_labels == {"app": "op", "release": "r"}
+    _, controller = operator_main.build(options, kube=object())
+    assert controller.options.allow_privileged
+    assert controller.options.render.operator_namespace == "ops"
+    assert controller.options.render.operator_pod_labels == (("app", "op"), ("release", "r"))
+    monkeypatch.delenv("POD_NAMESPACE")
+    assert cli.main(["run"]) == 0
+    assert not seen[-1].allow_privileged and seen[-1].operator_namespace is None
+
+
+def test_malformed_operator_labels_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["run", "--operator-pod-labels", "app"])
+    assert exit.value.code == 2
+    assert "--operator-pod-labels: expected key=value pairs separated by commas, got 'app'" in capsys.readouterr().err
 
 
 def test_help_does_not_import_kopf():

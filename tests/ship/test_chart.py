@@ -25,6 +25,7 @@ EVERYTHING = (
     "logging.verbose=true",
     "trainerImage=registry.example/agents:gpu",
     "imagePullSecrets[0].name=regcred",
+    "podSecurity.allowPrivilegedJobs=true",
 )
 SCENARIOS = {
     "cluster": CLUSTER,
@@ -213,6 +214,21 @@ def test_args_follow_the_values(rendered):
     namespaced = _container(rendered["namespaced"])["args"]
     assert "--namespace=team-a" in namespaced and "--namespace=team-b" in namespaced
     assert "--all-namespaces" not in namespaced
+
+
+def test_the_operator_knows_its_pods_and_whether_privileged_jobs_run(rendered):
+    """Job pods open their metrics port to the operator's pods: it learns their namespace (downward API) and
+    labels (the Deployment's selector) from the chart; privileged jobs run only where the values say so."""
+    deployment = _deployment(rendered["cluster"])
+    container = _container(rendered["cluster"])
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    assert f"--operator-pod-labels={labels}" in container["args"]
+    assert manifests.parse_run_args(container["args"]).operator_pod_labels == selector
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert "--allow-privileged-jobs" not in container["args"]
+    assert "--allow-privileged-jobs" in _container(rendered["cluster-ha-everything"])["args"]
 
 
 def test_probes_use_kopfs_liveness_endpoint(rendered):

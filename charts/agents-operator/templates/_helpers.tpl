@@ -12,6 +12,15 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The selector labels as k=v,k=v (the operator's --operator-pod-labels). */}}
+{{- define "agents-operator.selectorLabelPairs" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := (include "agents-operator.selectorLabels" . | fromYaml) -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{- define "agents-operator.labels" -}}
 {{ include "agents-operator.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
