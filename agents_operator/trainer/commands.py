@@ -145,7 +145,8 @@ def run_train(args: argparse.Namespace) -> int:
         _check_env_id(config.env_id)  # with env servers, this process may have no simulator at all
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
-    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers)
+    bind = tfconfig.bind_host(os.environ)
+    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind)
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 
@@ -197,7 +198,15 @@ def run_env_server(args: argparse.Namespace) -> int:
     from agents_operator.trainer.envserver import server
 
     try:
-        return server.serve(args.env, args.envs, args.port, args.seed, args.max_episode_steps, args.envs_per_process)
+        return server.serve(
+            args.env,
+            args.envs,
+            args.port,
+            args.seed,
+            args.max_episode_steps,
+            args.envs_per_process,
+            host=tfconfig.bind_host(os.environ) or server.ALL_INTERFACES,
+        )
     except server.StartError as error:
         raise UsageError(str(error)) from None
 

@@ -1,5 +1,6 @@
 """The trainer's /metrics endpoint under a flood of half-open connections (no TensorFlow needed)."""
 
+import os
 import socket
 import threading
 import time
@@ -10,7 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from agents_operator.trainer import metrics_server
+from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.metrics_server import MetricsServer
+from tests.procnet import listening
 
 FLOOD = 500
 
@@ -83,3 +86,17 @@ def test_close_stops_listening(server):
     server.close()
     with pytest.raises(urllib.error.URLError):
         _scrape(port)
+
+
+def test_metrics_listen_on_the_host_given():
+    metrics = Metrics(_free_port(), "127.0.0.1")
+    try:
+        assert [str(address) for address in listening(os.getpid())] == ["127.0.0.1"]
+    finally:
+        metrics.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

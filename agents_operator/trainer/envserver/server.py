@@ -43,6 +43,8 @@ from agents_operator.trainer.wrappers import LocalEpisodes
 _LOG = logging.getLogger(__name__)
 _GRACE_SECONDS = 1.0
 _THREADS = 4  # one call at a time holds the environments; the others are health checks and stale requests
+ALL_INTERFACES = "[::]"
+"""Where an env server listens unless told otherwise: every interface (in a pod the workers come by pod IP)."""
 
 
 class StartError(Exception):
@@ -179,7 +181,7 @@ class EnvService:
             episodes.close()
 
 
-def start(service: EnvService, port: int, host: str = "[::]") -> tuple[grpc.Server, int]:
+def start(service: EnvService, port: int, host: str = ALL_INTERFACES) -> tuple[grpc.Server, int]:
     """A started gRPC server for `service` and the port it listens on (`port` 0 picks a free one)."""
     server = grpc.server(
         ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="env-server"), options=protocol.SERVER_OPTIONS
@@ -209,15 +211,17 @@ def serve(
     seed: int = 0,
     max_episode_steps: int | None = None,
     envs_per_process: int | None = None,
+    host: str = ALL_INTERFACES,
 ) -> int:
-    """Serve until SIGTERM or SIGINT; prints one line with the port once it listens. Returns the exit code."""
+    """Serve on `host` until SIGTERM or SIGINT; prints one line with the port once it listens. Returns the
+    exit code."""
     with _until_signalled() as stopping:
         try:
             service = EnvService(env_id, num_envs, seed, max_episode_steps, envs_per_process)
         except ValueError as error:  # e.g. a discrete action space
             raise StartError(str(error)) from None
         try:
-            server, bound = start(service, port)
+            server, bound = start(service, port, host)
             print(f"env-server: serving {num_envs} x {env_id} on port {bound}", flush=True)
             stopping.wait()
             server.stop(_GRACE_SECONDS).wait()
