@@ -70,14 +70,28 @@ def _local(args: argparse.Namespace) -> int:
     import logging
     from pathlib import Path
 
-    from agents_operator import local
+    from agents_operator import local, sandbox
 
     job = _load_job(args.file)
     if job is None:
         return 1
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    logdir = Path(args.logdir) if args.logdir else Path("runs") / job.name
-    return local.run_local(job, logdir.resolve(), video=not args.no_video)
+    logdir = (Path(args.logdir) if args.logdir else Path("runs") / job.name).resolve()
+    try:
+        local.prepare_logdir(logdir)
+        if not args.share_network:
+            sandbox.isolate_network()
+    except local.LaunchError as err:
+        print(f"agents-operator local: error: {err}", file=sys.stderr)
+        return 2
+    except sandbox.SandboxError as err:
+        print(
+            f"agents-operator local: error: cannot give the job a network of its own ({err}); without one "
+            "TensorFlow's servers listen on every interface, unauthenticated. --share-network runs it anyway",
+            file=sys.stderr,
+        )
+        return 2
+    return local.run_local(job, logdir, video=not args.no_video)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -152,11 +166,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the job's replicas here with the commands and environment render gives their pods "
         "(hosts mapped to free localhost ports). Env servers of a sidecar or remote placement run as "
         "processes too, each on its own port. Per-replica logs go to LOGDIR/logs; restart policies and "
-        "backoffLimit are honoured; Ctrl-C stops every process. Exit 0 only when the job succeeded.",
+        "backoffLimit are honoured; Ctrl-C stops every process, and the replicas end with the launcher however "
+        "it ends. The job runs in a network namespace whose only interface is loopback (Linux), so nothing it "
+        "serves is reachable from other machines. Exit 0 only when the job succeeded.",
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest")
     p.add_argument("--logdir", help="run directory (default: runs/<job name>)")
     p.add_argument("--no-video", action="store_true", help="no GIF of the learned policy at the end (video_episodes=0)")
+    p.add_argument(
+        "--share-network",
+        action="store_true",
+        help="run in this machine's network instead of a namespace with only loopback (for systems without "
+        "network namespaces): TensorFlow's servers then listen on every interface, so only on a trusted network",
+    )
     p.set_defaults(func=_local)
 
     p = sub.add_parser(

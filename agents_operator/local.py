@@ -5,22 +5,29 @@ mapped to free localhost ports and the run directory moved to a local folder. Re
 backoffLimit, activeDeadlineSeconds and the success policy are honoured as the operator honours them
 (`policy.py` holds the shared rules); progress comes from the chief's /metrics endpoint, as it does for
 the operator.
+
+Everything a replica serves is for this machine only: its /metrics and env servers listen on loopback
+(`tfconfig.BIND_HOST_VAR`), and the CLI first moves the launcher into a network namespace of its own
+(`sandbox`), since TensorFlow's servers listen on every interface. Replicas are SIGKILLed by the
+kernel when the launcher dies, however it dies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import naming, policy, render, scrape, status, tfconfig
+from agents_operator import naming, policy, render, sandbox, scrape, status, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
@@ -28,13 +35,37 @@ from agents_operator.trainer.progress import Progress
 POLL_SECONDS = 0.5
 METRICS_SECONDS = 2.0
 STOP_GRACE_SECONDS = 10.0
+LOOPBACK = "127.0.0.1"
+
+
+class LaunchError(Exception):
+    """The job cannot be started here (its run directory is unusable); the message says why, in one line."""
 
 
 def free_port() -> int:
     """A TCP port on localhost that nothing listens on right now."""
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((LOOPBACK, 0))
         return sock.getsockname()[1]
+
+
+def prepare_logdir(logdir: Path) -> None:
+    """Create the run directory and check that files can be written in it; LaunchError names the path
+    and the reason when not."""
+    for path in (logdir, *logdir.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise LaunchError(f"run directory {logdir}: {path} is in the way: it is a file, not a directory")
+            break
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise LaunchError(f"run directory {logdir}: cannot create it: {error.strerror}") from None
+    try:
+        with tempfile.TemporaryFile(dir=logdir):
+            pass
+    except OSError as error:
+        raise LaunchError(f"run directory {logdir}: cannot write in it: {error.strerror}") from None
 
 
 @dataclass
@@ -146,6 +177,7 @@ def _process(
     env = {
         e["name"]: e["value"] for e in container.get("env", []) if "value" in e and e["name"] not in render.SCRATCH_ENV
     }
+    env[tfconfig.BIND_HOST_VAR] = LOOPBACK
     if tfconfig.ENV_VAR in env:
         env[tfconfig.ENV_VAR] = tfconfig.parse(env[tfconfig.ENV_VAR]).with_addresses(addresses).to_json()
     if tfconfig.ENV_SERVERS_VAR in env:
@@ -227,7 +259,7 @@ class Launcher:
         self.out = out
         self.metrics_port = free_port()
         self.replicas = plan(job, logdir, metrics_port=self.metrics_port, video=video)
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.restarts = 0
         self.started = time.monotonic()
         self.tracker = Tracker(job.trainer_config().total_steps, out)
@@ -235,6 +267,7 @@ class Launcher:
     # --- processes ---------------------------------------------------------------------------------------
 
     def _start(self, replica: Replica) -> None:
+        """Start `replica`; only from the thread that lives as long as the launcher (see `sandbox`)."""
         replica.log_path.parent.mkdir(parents=True, exist_ok=True)
         if replica.log_file is None:
             replica.log_file = replica.log_path.open("a", buffering=1)
@@ -248,6 +281,7 @@ class Launcher:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches us only; we stop every group ourselves
+            preexec_fn=functools.partial(sandbox.die_with_parent, os.getpid()) if sandbox.LINUX else None,
         )
 
     def _signal(self, replica: Replica, sig: int) -> None:
@@ -339,8 +373,8 @@ class Launcher:
 
 
 def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sys.stderr) -> int:
-    """Run `job` here; 0 only when it succeeded."""
-    logdir.mkdir(parents=True, exist_ok=True)
+    """Run `job` here; 0 only when it succeeded. LaunchError when its run directory is unusable."""
+    prepare_logdir(logdir)
     launcher = Launcher(job, logdir, out, video=video)
     counts = job.spec.replica_specs.counts()
     placement = job.spec.environments.placement

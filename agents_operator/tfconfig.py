@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 from agents_operator import naming
 
 ENV_VAR = "TF_CONFIG"
+BIND_HOST_VAR = "AGENTS_BIND_HOST"
+"""The address a replica's own servers listen on: the chief's /metrics and an env server. Unset in a pod
+(every interface: the operator and the workers reach them by pod IP); the local launcher sets 127.0.0.1.
+TensorFlow's servers ignore it: they listen on every interface whatever they are told."""
 DEFAULT_PORT = 2222
 CLUSTER_TYPES = (naming.PS, naming.WORKER)
 
@@ -138,6 +142,11 @@ def parse(text: str) -> TFConfig:
         raise TFConfigError("TF_CONFIG.task.index must be an integer")
     extra = {k: v for k, v in data.items() if k not in ("cluster", "task", "environment")}
     return TFConfig(cluster, task["type"], index, data.get("environment", "cloud"), extra)
+
+
+def bind_host(environ: Mapping[str, str]) -> str:
+    """The address this replica's servers listen on; empty for every interface."""
+    return environ.get(BIND_HOST_VAR, "").strip()
 
 
 def from_env(environ: Mapping[str, str]) -> TFConfig | None:

@@ -3,7 +3,8 @@
 Layout: `<logdir>/checkpoints/ckpt-<iteration, 8 digits>/model.{index,data-*}`. A checkpoint is written
 into a temporary directory and renamed into place, so a directory with the final name is complete; a
 crash leaves only a `.tmp-*` directory, which the next save removes. Restoring tries the newest
-checkpoint first and falls back to older ones when one cannot be read (a corrupt file, a file missing).
+checkpoint first and falls back to older ones when one cannot be read (a corrupt file, a file missing,
+a variable whose shape differs from the graph's); every failure is reported with its cause.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from agents_operator.trainer.learner import Learner, LearnerState
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be restored; the message names the checkpoint and the cause (a file that
+    cannot be read, a variable missing or of another shape than this graph's)."""
+
 
 KEEP = 3
 _PREFIX = "ckpt-"
@@ -63,18 +70,18 @@ def restore_latest(learner: Learner, logdir: Path) -> tuple[LearnerState, Path] 
     """Restore the newest readable checkpoint; None when there is none at all.
 
     A checkpoint that fails to restore is logged and the previous one tried. When every checkpoint
-    fails, the last error is raised: starting over silently would discard the run.
+    fails, an error naming each one's cause is raised: starting over silently would discard the run.
     """
-    from agents_operator.trainer.learner import CheckpointError
-
     candidates = list_checkpoints(logdir)
-    error: CheckpointError | None = None
+    failures: list[str] = []
     for path in reversed(candidates):
         try:
             return learner.restore(str(path / _MODEL)), path
         except CheckpointError as failure:
             log.warning("checkpoint %s cannot be restored (%s); trying the previous one", path, failure)
-            error = failure
-    if error is not None:
-        raise CheckpointError(f"none of the {len(candidates)} checkpoints in {directory(logdir)} can be restored")
+            failures.append(f"{path.name}: {failure}")
+    if failures:
+        raise CheckpointError(
+            f"none of the {len(candidates)} checkpoints in {directory(logdir)} can be restored: {'; '.join(failures)}"
+        )
     return None

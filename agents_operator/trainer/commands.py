@@ -2,7 +2,8 @@
 
 `register(subparsers)` adds them to the main CLI. Heavy imports (TensorFlow, gymnasium, matplotlib)
 happen inside the commands, so `agents-operator --help` stays fast. Mistakes a user can make (an unknown
-preset or setting, a bad value, a missing run directory) print one line to stderr and exit with 2.
+preset or setting, a bad value, a missing run directory) print one line to stderr and exit with 2; a
+run whose checkpoints cannot be restored prints the cause in one line and exits with 1.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints, rundir
 from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
 
+FAILED = 1
 USAGE_ERROR = 2
 INTERRUPTED = 130
 _ENV_SERVER_STARTUP_SECONDS = 10.0  # how long `visualize --env-server` waits for the server to answer
@@ -104,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`command` with a UsageError turned into one line on stderr and exit code 2."""
+    """`command` with a UsageError (exit code 2) or a CheckpointError (exit code 1) as one line on stderr."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -112,6 +114,9 @@ def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Calla
         except UsageError as error:
             print(f"agents-operator {name}: error: {error}", file=sys.stderr)
             return USAGE_ERROR
+        except checkpoints.CheckpointError as error:
+            print(f"agents-operator {name}: error: {error}", file=sys.stderr)
+            return FAILED
         except KeyboardInterrupt:
             print(f"agents-operator {name}: interrupted", file=sys.stderr)
             return INTERRUPTED
@@ -140,7 +145,8 @@ def run_train(args: argparse.Namespace) -> int:
         _check_env_id(config.env_id)  # with env servers, this process may have no simulator at all
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
-    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers)
+    bind = tfconfig.bind_host(os.environ)
+    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind)
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 
@@ -192,7 +198,15 @@ def run_env_server(args: argparse.Namespace) -> int:
     from agents_operator.trainer.envserver import server
 
     try:
-        return server.serve(args.env, args.envs, args.port, args.seed, args.max_episode_steps, args.envs_per_process)
+        return server.serve(
+            args.env,
+            args.envs,
+            args.port,
+            args.seed,
+            args.max_episode_steps,
+            args.envs_per_process,
+            host=tfconfig.bind_host(os.environ) or server.ALL_INTERFACES,
+        )
     except server.StartError as error:
         raise UsageError(str(error)) from None
 

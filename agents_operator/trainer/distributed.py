@@ -143,11 +143,24 @@ def _listening(address: str) -> bool:
         return False
 
 
+_NOT_THE_CAUSE = (
+    "Graph execution error",
+    "Detected at node",
+    "File ",
+    "Node: ",
+    "[[",
+    "Original stack trace",
+    "Restoring from checkpoint failed",
+)
+"""How the lines of a graph-mode error that are not its cause begin: TensorFlow wraps the cause (say,
+"Checksum does not match") in a header, the stack where the failing op was defined and the op's name."""
+
+
 def first_line(error: BaseException) -> str:
     """The error's type and its most telling line (TensorFlow's messages run to pages)."""
     lines = [line.strip() for line in str(getattr(error, "message", "") or error).splitlines()]
-    telling = [line for line in lines if line and not line.startswith(("Graph execution error", "Detected at node"))]
-    return f"{type(error).__name__}: {telling[0][:200]}" if telling else type(error).__name__
+    telling = [line for line in lines if line and not line.startswith(_NOT_THE_CAUSE)]
+    return f"{type(error).__name__}: {telling[0][:300]}" if telling else type(error).__name__
 
 
 def start_server(tf_config: TFConfig, threads: int) -> tf.distribute.Server:

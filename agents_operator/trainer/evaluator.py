@@ -19,7 +19,7 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
-from agents_operator.trainer.learner import CheckpointError, Learner, vector_size
+from agents_operator.trainer.learner import Learner, vector_size
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.summaries import SummaryWriter
 from agents_operator.trainer.wrappers import LocalEpisodes
@@ -54,7 +54,7 @@ def run(
                 seen = found[-1]
                 try:
                     state, scored = checkpoints.restore_latest(learner, logdir)
-                except CheckpointError as error:
+                except checkpoints.CheckpointError as error:
                     log.warning("no checkpoint can be restored (%s)", error)
                     continue
                 observations = Normalizer(

@@ -27,13 +27,10 @@ import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import distributed
+from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo import losses
 from agents_operator.trainer.ppo.networks import Networks, NumpyPolicy, mlp_tf
-
-
-class CheckpointError(Exception):
-    """A checkpoint could not be restored (missing, partial or corrupt files, or a different graph)."""
 
 
 @dataclass
@@ -442,13 +439,30 @@ class Learner:
             self._saver.save(self.session, prefix, write_meta_graph=False, write_state=False)
 
     def restore(self, prefix: str) -> LearnerState:
+        """The state saved at `prefix`; CheckpointError says why it cannot be restored."""
         try:
+            self._check_shapes(prefix)
             with self.graph.as_default():
                 self._saver.restore(self.session, prefix)
+            self._reset_local()
         except (tf.errors.OpError, ValueError) as error:
-            raise CheckpointError(str(error).strip().splitlines()[0]) from error
-        self._reset_local()
+            raise CheckpointError(distributed.first_line(error)) from error
         return self.state()
+
+    def _check_shapes(self, prefix: str) -> None:
+        """Compare the checkpoint's variables with this graph's before restoring: the Saver would assign a
+        variable of another shape (the network settings changed) and fail only at the next use, by op name."""
+        saved = tf.compat.v1.train.NewCheckpointReader(prefix).get_variable_to_shape_map()
+        wanted = {v.op.name: v.shape.as_list() for v in self._g.shared_variables}
+        missing = sorted(set(wanted) - set(saved))
+        if missing:
+            raise CheckpointError(f"variables missing from the checkpoint: {', '.join(missing)}")
+        for name, shape in wanted.items():
+            if list(saved[name]) != shape:
+                raise CheckpointError(
+                    f"variable {name} has shape {list(saved[name])} in the checkpoint but {shape} in this graph "
+                    f"(were the network settings changed?)"
+                )
 
     def close(self) -> None:
         self._close_session()

@@ -117,12 +117,14 @@ def train(
     stream: TextIO | None = None,
     cluster: distributed.Cluster | None = None,
     env_servers: EnvServers | None = None,
+    metrics_host: str = "",
 ) -> RunResult:
     """Train (or continue training) in `logdir` until `total_steps`; see the module docstring.
 
     With a `cluster` this process is one worker of a parameter-server job: the shared variables live on
     the ps tasks, and only the chief writes config.yaml, checkpoints, summaries, evaluations and metrics.
-    With `env_servers` the environments are theirs (see the module docstring).
+    With `env_servers` the environments are theirs (see the module docstring). The chief's /metrics
+    listens on `metrics_host`, or on every interface when it is empty.
     """
     started = time.monotonic()
     logdir = Path(logdir)
@@ -143,7 +145,7 @@ def train(
         episodes = (
             batch_env if env_servers else stack.enter_context(LocalEpisodes(config.env_id, config.max_episode_steps))
         )
-        outputs = _Outputs(config, logdir, stream, episodes, chief)
+        outputs = _Outputs(config, logdir, stream, episodes, chief, metrics_host)
         stack.callback(outputs.close)
 
         def initialize() -> LearnerState:
@@ -305,12 +307,13 @@ class _Outputs:
         stream: TextIO | None,
         episodes: LocalEpisodes | RemoteBatchEnv,
         chief: bool = True,
+        metrics_host: str = "",
     ):
         self.config = config
         self.episodes = episodes  # where evaluations play
         # Only the chief writes summaries and serves metrics; other workers report progress in their logs.
         self.writer = SummaryWriter(logdir) if chief else None
-        self.metrics = Metrics(config.metrics_port if chief else 0)
+        self.metrics = Metrics(config.metrics_port if chief else 0, metrics_host)
         self.progress = Progress(config.total_steps, stream)
         self.result = RunResult(0, 0)
         self._last: tuple[float, int] | None = None

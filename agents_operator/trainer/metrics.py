@@ -1,14 +1,18 @@
 """Prometheus metrics of a training process, served at http://<host>:<metrics_port>/metrics.
 
 The operator reads them to report progress in the AgentsJob status. A port that cannot be bound is
-logged and training goes on without the endpoint: metrics must never stop a run.
+logged and training goes on without the endpoint: metrics must never stop a run. The server
+(`metrics_server`) listens on every interface in a pod and on `host` where one is given (the local
+launcher gives 127.0.0.1).
 """
 
 from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge
+
+from agents_operator.trainer.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +20,7 @@ log = logging.getLogger(__name__)
 class Metrics:
     """The trainer's gauges in their own registry, optionally served over HTTP."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, host: str = ""):
         self.registry = CollectorRegistry()
         self.global_step = self._gauge("global_step", "Updates applied to the shared parameters (one per push).")
         self.env_steps = self._gauge("env_steps", "Environment steps taken by all workers so far.")
@@ -29,10 +33,10 @@ class Metrics:
         # Not a number until measured: readers (operator, launcher) leave NaN samples out.
         for gauge in (self.mean_return, self.eval_return, self.steps_per_second):
             gauge.set(float("nan"))
-        self._server = None
+        self._server: MetricsServer | None = None
         if port:
             try:
-                self._server, _ = start_http_server(port, registry=self.registry)
+                self._server = MetricsServer(self.registry, host, port)
             except OSError as error:
                 log.warning("metrics endpoint not started: port %d: %s", port, error)
 
@@ -41,6 +45,5 @@ class Metrics:
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None

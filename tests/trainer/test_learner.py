@@ -5,7 +5,8 @@ import pytest
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
-from agents_operator.trainer.learner import Batch, CheckpointError, Learner
+from agents_operator.trainer.checkpoints import CheckpointError
+from agents_operator.trainer.learner import Batch, Learner
 from agents_operator.trainer.normalize import Moments
 
 OBS, ACT = 3, 2
@@ -112,6 +113,49 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(learner, tmp_p
         (checkpoint / "model.index").write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="none of the 3 checkpoints"):
         checkpoints.restore_latest(learner, tmp_path)
+
+
+def _damage_data(checkpoint):
+    data = next(checkpoint.glob("model.data-*"))
+    return data, data.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "damage, cause",
+    [
+        (lambda data, raw, index: data.write_bytes(raw[: len(raw) // 2]), "Read less bytes than requested"),
+        (lambda data, raw, index: data.write_bytes(b"x" * len(raw)), "Checksum does not match"),
+        (lambda data, raw, index: data.unlink(), "model.data-00000-of-00001; No such file or directory"),
+        (lambda data, raw, index: index.write_bytes(b"garbage"), "too short to be an sstable"),
+    ],
+    ids=["torn data", "garbage data", "data missing", "garbage index"],
+)
+def test_a_checkpoint_that_cannot_be_restored_is_reported_with_its_cause(learner, tmp_path, damage, cause):
+    learner.initialize()
+    path = checkpoints.save(learner, tmp_path, 1)
+    data, raw = _damage_data(path)
+    damage(data, raw, path / "model.index")
+    with pytest.raises(CheckpointError) as failure:
+        checkpoints.restore_latest(learner, tmp_path)
+    message = str(failure.value)
+    assert "ckpt-00000001: " in message and cause in message
+    assert "Graph execution error" not in message and "\n" not in message
+
+
+def test_a_checkpoint_of_other_network_settings_names_the_variable_and_both_shapes(learner, tmp_path):
+    learner.initialize()
+    checkpoints.save(learner, tmp_path, 1)
+    wider = Learner(_config(policy_layers=[32]), OBS, ACT)
+    try:
+        with pytest.raises(
+            CheckpointError,
+            match=r"variable policy/dense0/kernel has shape \[3, 16\] in the "
+            r"checkpoint but \[3, 32\] in this graph",
+        ):
+            checkpoints.restore_latest(wider, tmp_path)
+        assert wider.initialize().global_step == 0  # nothing of the wrong shape was assigned
+    finally:
+        wider.close()
 
 
 def test_no_checkpoint_means_a_fresh_start(learner, tmp_path):

@@ -78,3 +78,15 @@ def test_metrics_endpoint_serves_the_gauges():
         metrics.close()
     assert "agents_trainer_env_steps 1234.0" in text
     assert "agents_trainer_mean_return -150.5" in text
+
+
+def test_a_run_whose_checkpoints_cannot_be_restored_fails_with_one_line_naming_the_cause(tmp_path, capsys):
+    logdir = tmp_path / "run"
+    broken = logdir / "checkpoints" / "ckpt-00000002"
+    broken.mkdir(parents=True)
+    (broken / "model.index").write_bytes(b"garbage")
+    assert run("train", "--config", "pendulum", *_sets(TINY), "--logdir", logdir, "--resume") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("agents-operator train: error: none of the 1 checkpoints in ")
+    assert "ckpt-00000002: " in err[-1] and "too short to be an sstable" in err[-1]
+    assert "Traceback" not in "\n".join(err)

@@ -61,6 +61,8 @@ _POLL_SECONDS = 0.1  # how often a call waiting for the environments checks whet
 CONCURRENT_CALLS = 3
 """Calls of the service admitted at once (one runs, the others wait for it); more are refused as busy."""
 _THREADS = CONCURRENT_CALLS + 1  # the one more is the health check's: a busy service cannot starve it
+ALL_INTERFACES = "[::]"
+"""Where an env server listens unless told otherwise: every interface (in a pod the workers come by pod IP)."""
 
 
 class StartError(Exception):
@@ -352,7 +354,7 @@ def _one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {text} (traceback in the env server's log)"
 
 
-def start(service: EnvService, port: int, host: str = "[::]") -> tuple[grpc.Server, int]:
+def start(service: EnvService, port: int, host: str = ALL_INTERFACES) -> tuple[grpc.Server, int]:
     """A started gRPC server for `service` and the port it listens on (`port` 0 picks a free one)."""
     server = grpc.server(
         ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="env-server"),
@@ -384,15 +386,17 @@ def serve(
     seed: int = 0,
     max_episode_steps: int | None = None,
     envs_per_process: int | None = None,
+    host: str = ALL_INTERFACES,
 ) -> int:
-    """Serve until SIGTERM or SIGINT; prints one line with the port once it listens. Returns the exit code."""
+    """Serve on `host` until SIGTERM or SIGINT; prints one line with the port once it listens. Returns the
+    exit code."""
     with _until_signalled() as stopping:
         try:
             service = EnvService(env_id, num_envs, seed, max_episode_steps, envs_per_process)
         except ValueError as error:  # e.g. a discrete action space
             raise StartError(str(error)) from None
         try:
-            server, bound = start(service, port)
+            server, bound = start(service, port, host)
             print(f"env-server: serving {num_envs} x {env_id} on port {bound}", flush=True)
             stopping.wait()
             server.stop(_GRACE_SECONDS).wait()
