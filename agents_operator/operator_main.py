@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agents_operator import reconcile, render, status
 from agents_operator.handlers import Controller, ControllerOptions, register
 from agents_operator.kube import CALLER_THREADS, Kube, Outcome
+from agents_operator.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ async def serve(
         controller_hook(controller)
     server = None
     if options.metrics_port:
-        server, _ = start_http_server(options.metrics_port, registry=controller.metrics.registry)
+        server = MetricsServer(controller.metrics.registry, "", options.metrics_port)
         log.info("metrics on :%d/metrics", options.metrics_port)
     background = [
         asyncio.create_task(controller.resync_loop(), name="agents resync"),
@@ -252,7 +253,7 @@ async def serve(
         await asyncio.gather(*background, return_exceptions=True)
         await controller.shutdown()
         if server is not None:
-            server.shutdown()
+            server.close()
         controller.kube.close()
 
 

@@ -12,7 +12,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from agents_operator.trainer.metrics_server import MetricsServer
+from agents_operator.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,14 @@ status subresource with schema pruning, garbage collection, CRD validation.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+from agents_operator import metrics_server
 from tests.e2e.cluster import MERGE, jobs_path, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -231,3 +234,21 @@ def test_probes_and_metrics_where_the_chart_points_them(cluster, operator):
     wait_for(lambda: operator.metric('agents_operator_jobs{state="Running"}') >= 1, 30, "jobs gauge")
     assert operator.metric("agents_operator_children_created_total") >= 7
     assert operator.metric("agents_operator_reconcile_seconds_count") >= 1
+
+
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+def test_silent_connections_to_the_metrics_port_cost_the_operator_no_threads(operator):
+    """Each connection to prometheus_client's own server held a thread while the client stayed silent."""
+    port = int(next(a.split("=", 1)[1] for a in operator.args if a.startswith("--metrics-port=")))
+    before = _threads(operator.process.pid)
+    flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(3 * metrics_server.MAX_CONNECTIONS)]
+    try:
+        assert operator.metric("agents_operator_reconcile_seconds_count") >= 0  # answered during the flood
+        assert _threads(operator.process.pid) <= before + 2
+    finally:
+        for sock in flood:
+            sock.close()

@@ -1,4 +1,4 @@
-"""The HTTP endpoint of the trainer's metrics: one thread, bounded connections, idle ones dropped.
+"""The HTTP endpoint of the operator's and the trainer's metrics: one thread, bounded connections.
 
 prometheus_client's `start_http_server` spends a thread on every connection and keeps it while the
 client stays silent: 2,000 half-open connections made 2,108 threads, never released. Here every
@@ -30,16 +30,17 @@ class MetricsServer:
         self.timeout = timeout
         self._writers: dict[asyncio.StreamWriter, None] = {}  # oldest first
         self._tasks: set[asyncio.Task] = set()
+        # The loop runs on its own thread from the start, so a caller may be inside an event loop of its own
+        # (the operator's kopf loop): binding is a coroutine submitted to it.
         self._loop = asyncio.new_event_loop()
-        try:
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._serve, host or None, port, limit=MAX_REQUEST_BYTES)
-            )
-        except BaseException:
-            self._loop.close()
-            raise
         self._thread = threading.Thread(target=self._loop.run_forever, name="metrics-server", daemon=True)
         self._thread.start()
+        starting = asyncio.start_server(self._serve, host or None, port, limit=MAX_REQUEST_BYTES)
+        try:
+            self._server = asyncio.run_coroutine_threadsafe(starting, self._loop).result()
+        except BaseException:
+            self._stop_loop()
+            raise
 
     @property
     def port(self) -> int:
@@ -85,6 +86,9 @@ class MetricsServer:
             return
         with contextlib.suppress(TimeoutError):
             asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(self.timeout)
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()

@@ -1,5 +1,6 @@
-"""The trainer's /metrics endpoint under a flood of half-open connections (no TensorFlow needed)."""
+"""The /metrics endpoint of the operator and the trainer under a flood of half-open connections."""
 
+import asyncio
 import os
 import socket
 import threading
@@ -10,9 +11,9 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from agents_operator.trainer import metrics_server
+from agents_operator import metrics_server
+from agents_operator.metrics_server import MetricsServer
 from agents_operator.trainer.metrics import Metrics
-from agents_operator.trainer.metrics_server import MetricsServer
 from tests.procnet import listening
 
 FLOOD = 500
@@ -100,3 +101,23 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_it_starts_and_stops_from_inside_a_running_event_loop():
+    """The operator starts it from its kopf loop; a second loop run on the caller's thread would be refused."""
+
+    async def inside() -> str:
+        served = MetricsServer(CollectorRegistry(), "127.0.0.1", 0)
+        try:
+            return await asyncio.to_thread(_scrape, served.port)
+        finally:
+            served.close()
+
+    assert asyncio.run(inside()) == ""
+
+
+def test_a_taken_port_is_an_oserror_and_leaves_no_thread(server):
+    threads = threading.active_count()
+    with pytest.raises(OSError):
+        MetricsServer(CollectorRegistry(), "127.0.0.1", server.port)
+    assert threading.active_count() == threads
