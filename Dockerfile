@@ -8,7 +8,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md ./
 COPY agents_operator ./agents_operator
-RUN pip install --no-compile "./[tensorboard]" && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
+RUN pip install --no-compile "./[trainer,tensorboard]" && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 
 # The final stage has no compiler and no pip cache. The wheels need only glibc, libstdc++ and libgcc_s
 # (pybullet, TensorFlow), which the slim base has.

@@ -34,4 +34,4 @@ def test_final_stage_has_no_build_tools():
 def test_image_installs_what_the_tensorboard_deployment_runs():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert [r for r in extras["tensorboard"] if r.startswith("tensorboard")]
-    assert '"./[tensorboard]"' in DOCKERFILE.read_text()
+    assert '"./[trainer,tensorboard]"' in DOCKERFILE.read_text()
