@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from agents_operator import __version__
+from agents_operator import __version__, naming
 from agents_operator.trainer import commands as trainer_commands
 
 
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest ('-' for standard input)")
     p.add_argument("-n", "--namespace", help="namespace (default: the manifest's, else 'default')")
-    p.add_argument("--image", help=f"image for replicas that name none (default: agents-operator:{__version__})")
+    p.add_argument("--image", help=f"image for replicas that name none (default: {naming.image(naming.TRAINER_IMAGE)})")
     p.set_defaults(func=_render)
 
     p = sub.add_parser(
@@ -190,7 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", help="namespace to serve (repeatable; globs allowed)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace")
-    p.add_argument("--default-image", help="image of replicas whose job names none")
+    # --default-image: the flag's name before the trainer had an image of its own.
+    p.add_argument(
+        "--trainer-image",
+        "--default-image",
+        dest="default_image",
+        help=f"image of replicas whose job names none (default: {naming.image(naming.TRAINER_IMAGE)})",
+    )
     p.add_argument(
         "--allow-privileged-jobs",
         action="store_true",

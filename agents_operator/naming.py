@@ -6,10 +6,23 @@ operator finds what it made before. Pure module.
 
 from __future__ import annotations
 
+from agents_operator import __version__
+
 GROUP = "agents.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentsJob"
+# Image repositories, tagged with the package version: the operator's (`agents-operator run`) and the one job
+# pods run by default (Dockerfile targets operator and trainer; `make image` builds both).
+OPERATOR_IMAGE = "agents-operator"
+TRAINER_IMAGE = "agents-operator-trainer"
+
+
+def image(repository: str) -> str:
+    """`repository:VERSION`: the tag `make image` builds, and what the chart, deploy/ and render default to."""
+    return f"{repository}:{__version__}"
+
+
 PLURAL = "agentsjobs"
 SINGULAR = "agentsjob"
 SHORT_NAMES = ("aj",)

@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents_operator import __version__, naming, podsecurity, tfconfig
+from agents_operator import naming, podsecurity, tfconfig
 from agents_operator.api import AgentsJob
 
-DEFAULT_IMAGE = f"agents-operator:{__version__}"
+DEFAULT_IMAGE = naming.image(naming.TRAINER_IMAGE)
 TRAINER_CONTAINER = "agents"
 ENV_SERVER_CONTAINER = "env-server"
 RUN_VOLUME = "agents-run"

@@ -15,7 +15,7 @@ def test_run_flags_reach_the_operator(monkeypatch):
     seen = []
     monkeypatch.setattr(operator_main, "run", lambda options: seen.append(options) or 0)
     argv = ["run", "-n", "a", "-n", "b", "--log-format", "json", "--peering", "agents", "--metrics-port", "9100"]
-    assert cli.main([*argv, "--liveness", "http://0.0.0.0:8080/healthz", "--default-image", "img:1"]) == 0
+    assert cli.main([*argv, "--liveness", "http://0.0.0.0:8080/healthz", "--trainer-image", "img:1"]) == 0
     (options,) = seen
     assert options.namespaces == ["a", "b"] and not options.all_namespaces
     assert options.log_format == "json" and options.peering == "agents" and options.metrics_port == 9100

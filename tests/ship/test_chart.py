@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents_operator import __version__
+from agents_operator import __version__, naming
 from tests.ship import manifests, tools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,13 +202,13 @@ def test_operator_args_are_accepted_by_the_cli(rendered, scenario):
 def test_args_follow_the_values(rendered):
     cluster = _container(rendered["cluster"])["args"]
     assert "--all-namespaces" in cluster and not any(a.startswith("--peering") for a in cluster)
-    assert f"--default-image=agents-operator:{__version__}" in cluster
+    assert f"--trainer-image={naming.image(naming.TRAINER_IMAGE)}" in cluster
     everything = _container(rendered["cluster-ha-everything"])["args"]
     for arg in (
         "--peering=agents-operator",
         "--log-format=json",
         "--verbose",
-        "--default-image=registry.example/agents:gpu",
+        "--trainer-image=registry.example/agents:gpu",
     ):
         assert arg in everything
     namespaced = _container(rendered["namespaced"])["args"]

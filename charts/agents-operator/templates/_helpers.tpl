@@ -40,6 +40,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{- define "agents-operator.trainerImage" -}}
+{{- default (printf "%s-trainer:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag)) .Values.trainerImage -}}
+{{- end -}}
+
 {{/* Watched namespaces, one per line (namespaced mode only). */}}
 {{- define "agents-operator.namespaces" -}}
 {{- range (default (list .Release.Namespace) .Values.watch.namespaces) }}
