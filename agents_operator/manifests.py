@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from agents_operator import yamlload
 from agents_operator.api import AgentsJob, InvalidJob, parse_job
 
 
@@ -43,7 +44,10 @@ def load_documents(path: str | Path) -> list[Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise ManifestError(f"{name}: cannot read: {getattr(err, 'strerror', None) or err}") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yamlload.load_all(text) if d is not None]
+    except yamlload.YAMLBoundsError as err:
+        where = f":{err.line}" if err.line else ""
+        raise ManifestError(f"{name}{where}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

@@ -4,7 +4,20 @@ import json
 import subprocess
 import sys
 
-PURE = ["api", "naming", "tfconfig", "render", "crd", "config", "presets", "manifests", "policy", "status", "reconcile"]
+PURE = [
+    "api",
+    "naming",
+    "tfconfig",
+    "render",
+    "crd",
+    "config",
+    "presets",
+    "manifests",
+    "yamlload",
+    "policy",
+    "status",
+    "reconcile",
+]
 FORBIDDEN = ["kopf", "kubernetes", "tensorflow", "gymnasium", "pybullet", "aiohttp"]
 
 

@@ -1,0 +1,118 @@
+"""Loading untrusted YAML with bounds: size, nesting depth, alias expansion and duplicate keys.
+
+A manifest is checked in one pass over the parser's events before any object is built, so a hostile file
+(a 10 MB manifest, an alias bomb, ten thousand nested lists) is refused in milliseconds with one line,
+instead of running for minutes or ending in a RecursionError. Only then is it loaded, with libyaml's
+`CSafeLoader` where PyYAML was built with it. Pure module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import yaml
+
+MAX_BYTES = 1536 * 1024
+"""1.5 MiB: etcd's default request limit (`--max-request-bytes`, https://etcd.io/docs/latest/dev-guide/limit/),
+so no API server backed by a default etcd can store a larger object; kube-apiserver itself refuses request
+bodies over 3 MiB. A manifest is a few KB."""
+MAX_DEPTH = 64
+"""Deepest nesting of lists and mappings; a pod template needs about 12."""
+MAX_NODES = 100_000
+"""Nodes of the whole stream once every alias is expanded (what a consumer walking it would visit)."""
+
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class YAMLBoundsError(ValueError):
+    """The text exceeds a bound or repeats a key; `line` (1-based) and `path` say where, when known."""
+
+    def __init__(self, reason: str, line: int | None = None, path: str = ""):
+        self.reason, self.line, self.path = reason, line, path
+        super().__init__(f"{path}: {reason}" if path else reason)
+
+
+@dataclass
+class _Collection:
+    """A list or mapping being read: its expanded size so far, its keys, and where the next value goes."""
+
+    anchor: str | None
+    mapping: bool
+    size: int = 1
+    keys: set = field(default_factory=set)
+    expect_key: bool = True
+    key: str | None = None
+
+
+def _path(stack: list[_Collection]) -> str:
+    parts = [c.key for c in stack if c.mapping and c.key is not None]
+    return ".".join(str(p) for p in parts)
+
+
+def _add(stack: list[_Collection], size: int, total: list[int], line: int | None) -> None:
+    """Count a finished node of `size` expanded nodes into its parent, or into the stream's total."""
+    if stack:
+        stack[-1].size += size
+        count = stack[-1].size
+    else:
+        total[0] += size
+        count = total[0]
+    if count > MAX_NODES:
+        raise YAMLBoundsError(f"more than {MAX_NODES} nodes once aliases are expanded", line, _path(stack))
+
+
+def _scalar_or_alias(event: yaml.Event, stack: list[_Collection], sizes: dict[str, int], line: int | None) -> int:
+    """The expanded size of a scalar or alias; records mapping keys and refuses repeated ones."""
+    if isinstance(event, yaml.AliasEvent):
+        if event.anchor not in sizes:
+            raise YAMLBoundsError(f"alias *{event.anchor} refers to an unfinished or unknown anchor", line)
+        size = sizes[event.anchor]
+    else:
+        size = 1
+        if event.anchor:
+            sizes[event.anchor] = 1
+    parent = stack[-1] if stack else None
+    if parent is not None and parent.mapping and parent.expect_key:
+        key = event.value if isinstance(event, yaml.ScalarEvent) else None
+        if key is not None and key != "<<":
+            if key in parent.keys:
+                raise YAMLBoundsError(f"duplicate key {key!r}", line, ".".join(filter(None, [_path(stack[:-1]), key])))
+            parent.keys.add(key)
+        parent.key = key
+    return size
+
+
+def check_bounds(text: str) -> None:
+    """Raise YAMLBoundsError when `text` breaks a bound (size, depth, expanded nodes, duplicate keys)."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_BYTES:
+        raise YAMLBoundsError(f"larger than {MAX_BYTES} bytes, the most an API server (etcd) stores")
+    stack: list[_Collection] = []
+    sizes: dict[str, int] = {}
+    total = [0]
+    for event in yaml.parse(text, Loader=Loader):
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if stack and stack[-1].mapping and stack[-1].expect_key:
+                stack[-1].key = None  # a complex key: no path part
+            stack.append(_Collection(event.anchor, isinstance(event, yaml.MappingStartEvent)))
+            if len(stack) > MAX_DEPTH:
+                raise YAMLBoundsError(f"nested more than {MAX_DEPTH} levels deep", line, _path(stack))
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            done = stack.pop()
+            if done.anchor:
+                sizes[done.anchor] = done.size
+            size = done.size
+        elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            size = _scalar_or_alias(event, stack, sizes, line)
+        else:
+            continue
+        _add(stack, size, total, line)
+        if stack and stack[-1].mapping:
+            stack[-1].expect_key = not stack[-1].expect_key
+
+
+def load_all(text: str) -> list:
+    """The documents of `text`, after `check_bounds`; yaml.YAMLError or YAMLBoundsError when it is bad."""
+    check_bounds(text)
+    return list(yaml.load_all(text, Loader=Loader))

@@ -1,0 +1,80 @@
+"""Hostile YAML is refused quickly with one line naming the place; ordinary YAML loads as before."""
+
+import time
+
+import pytest
+import yaml
+
+from agents_operator import manifests, yamlload
+
+
+def _bomb(levels: int) -> str:
+    """A billion-laughs document: each level repeats the previous one nine times."""
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        refs = ", ".join([f"*l{i - 1}"] * 9)
+        lines.append(f"l{i}: &l{i} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE = [
+    # (text, the line, the path, a fragment of the reason)
+    ("spec:\n  trainer:\n    epochs: 1\n    epochs: 2\n", 4, "spec.trainer.epochs", "duplicate key 'epochs'"),
+    ("kind: AgentsJob\nkind: TFJob\n", 2, "kind", "duplicate key 'kind'"),
+    ("a:\n  - {x: 1, x: 2}\n", 2, "a.x", "duplicate key 'x'"),
+    (_bomb(9), 6, "l5", "nodes once aliases are expanded"),  # 9**6 > 100,000
+    ("a: &a [*a]\n", 1, "", "unfinished or unknown anchor"),
+    ("a: " + "[" * 100 + "]" * 100 + "\n", 1, "a", "nested more than 64 levels"),
+    (
+        "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 80)) + "  " * 80 + "v: 1\n",
+        65,
+        ".".join(["a"] + [f"k{i}" for i in range(1, 64)]),
+        "nested more than 64 levels",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "path", "reason"), HOSTILE, ids=lambda v: str(v)[:30])
+def test_hostile_yaml_is_refused_naming_line_and_path(text, line, path, reason):
+    started = time.perf_counter()
+    with pytest.raises(yamlload.YAMLBoundsError) as err:
+        yamlload.load_all(text)
+    assert time.perf_counter() - started < 1
+    assert reason in err.value.reason
+    assert (err.value.line, err.value.path) == (line, path)
+
+
+def test_a_manifest_larger_than_etcd_stores_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("a: '" + "x" * (10 * 1024 * 1024) + "'\n")
+    started = time.perf_counter()
+    with pytest.raises(manifests.ManifestError) as err:
+        manifests.load_documents(path)
+    assert time.perf_counter() - started < 1
+    assert str(err.value) == f"{path}: larger than {yamlload.MAX_BYTES} bytes, the most an API server (etcd) stores"
+
+
+def test_manifest_errors_name_file_line_and_path(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("spec:\n  trainer: {}\n  trainer: {}\n")
+    with pytest.raises(manifests.ManifestError) as err:
+        manifests.load_documents(path)
+    assert str(err.value) == f"{path}:3: spec.trainer: duplicate key 'trainer'"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &x {k: 1}\nb:\n  <<: *x\n  j: 2\n",  # a merge key is not a duplicate
+        "a: 1\n---\na: 2\n",  # the same key in two documents
+        "a: {b: 1}\nc: {b: 1}\n",  # the same key in two mappings
+        "? a\n: x\n? b\n: y\n",  # explicit keys
+        "a: &s [1, 2]\nb: [*s, *s]\n",  # a few aliases
+    ],
+)
+def test_ordinary_yaml_loads_as_pyyaml_does(text):
+    assert yamlload.load_all(text) == list(yaml.safe_load_all(text))
+
+
+def test_the_c_loader_is_used_when_pyyaml_has_it():
+    assert yamlload.Loader is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
