@@ -8,11 +8,13 @@ the operator and the local launcher parse manifests with `parse_job`. Pure modul
 from __future__ import annotations
 
 import re
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, model_validator
 from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, presets, tfconfig
@@ -24,12 +26,43 @@ SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
 ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
 ShortText = Annotated[str, Field(max_length=253)]
 DEFAULT_ENV_SERVER_PORT = 50051
+STORAGE_PATH = r"^(/([^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+))+$"
+"""Absolute paths of named segments: '/', '//', '/a/', '.' and '..' segments and whitespace do not match
+(a mount at '/' would hide the image; '..' would leave the volume). RE2 has no lookahead, hence the three
+spellings of a segment that is neither '.' nor '..'."""
+LabelValue = Annotated[str, Field(max_length=naming.LABEL_VALUE_MAX, pattern=naming.LABEL_VALUE)]
+
+
+def _nullable(annotation: Any) -> bool:
+    """Whether a field's type admits None (its CRD property is `nullable`)."""
+    if annotation is None or annotation is type(None):
+        return True
+    if typing.get_origin(annotation) is Annotated:
+        return _nullable(typing.get_args(annotation)[0])
+    is_union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return is_union and type(None) in typing.get_args(annotation)
 
 
 class CamelModel(BaseModel):
-    """Our own API objects: camelCase on the wire, unknown fields rejected."""
+    """Our own API objects: camelCase on the wire, unknown fields rejected, no infinities or NaN (JSON has
+    none, so the API server never sees one)."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_disallowed_nulls(cls, data: Any) -> Any:
+        """Drop a null where the field does not admit one, as the API server does before defaulting (a
+        structural schema prunes nulls of non-nullable fields), so the default applies here too."""
+        if not isinstance(data, dict):
+            return data
+        fields = {info.alias or name: info for name, info in cls.model_fields.items()}
+        fields.update(cls.model_fields)
+        return {
+            key: value
+            for key, value in data.items()
+            if value is not None or key not in fields or _nullable(fields[key].annotation)
+        }
 
 
 class KubeModel(BaseModel):
@@ -44,6 +77,12 @@ class KubeModel(BaseModel):
 class Container(KubeModel):
     name: str = Field(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Container name.")
     image: str | None = Field(None, max_length=1024, description="Image; defaults to spec.image.")
+    # Typed because the render edits them: a malformed one is refused here and by the API server.
+    env: list[dict[str, Any]] | None = Field(None, description="EnvVar objects; the operator adds its own.")
+    ports: list[dict[str, Any]] | None = Field(None, description="ContainerPort objects; ours are added.")
+    volume_mounts: list[dict[str, Any]] | None = Field(
+        None, alias="volumeMounts", description="VolumeMount objects; the run directory's is added."
+    )
 
 
 class PodSpec(KubeModel):
@@ -52,12 +91,21 @@ class PodSpec(KubeModel):
         max_length=32,
         description="Containers of the replica. The one named 'agents' (or else the first) runs the trainer.",
     )
+    init_containers: list[dict[str, Any]] | None = Field(
+        None, alias="initContainers", description="Init containers (Container objects)."
+    )
+    volumes: list[dict[str, Any]] | None = Field(None, description="Volume objects; the run directory's is added.")
+
+
+class TemplateMeta(KubeModel):
+    labels: dict[str, LabelValue] | None = Field(None, description="Labels of the pods (ours are added).")
+    annotations: dict[str, str] | None = Field(None, description="Annotations of the pods.")
 
 
 class PodTemplate(KubeModel):
     """A PodTemplateSpec. Every field the user sets is kept; the operator adds its own."""
 
-    metadata: dict[str, Any] | None = Field(None, description="Labels and annotations for the pods.")
+    metadata: TemplateMeta | None = Field(None, description="Labels and annotations for the pods.")
     spec: PodSpec
 
 
@@ -114,7 +162,7 @@ def _overrides_model() -> type[BaseModel]:
         fields[name] = (inner, Field(None, description=info.description))
     model = create_model(
         "TrainerSpec",
-        __config__=ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True),
+        __base__=CamelModel,
         __doc__="Trainer preset and hyperparameter overrides; unset fields keep the preset's value.",
         **fields,
     )
@@ -162,9 +210,10 @@ class ClaimVolume(CamelModel):
 class Storage(CamelModel):
     path: str = Field(
         "/var/run/agents",
-        pattern=r"^/[^\s]*$",
+        pattern=STORAGE_PATH,
         max_length=512,
-        description="Mount path inside every pod; the run directory is <path>/<job name>.",
+        description="Mount path inside every pod; the run directory is <path>/<job name>. Absolute, not '/', "
+        "no empty, '.' or '..' segment, no whitespace.",
     )
     persistent_volume_claim: ClaimVolume | None = Field(
         None, description="Keep the run directory on this claim (ReadWriteMany for several pods)."
@@ -322,7 +371,7 @@ class ObjectMeta(KubeModel):
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
-    labels: dict[str, str] | None = None
+    labels: dict[str, LabelValue] | None = None
     annotations: dict[str, str] | None = None
 
 
@@ -397,6 +446,19 @@ def env_server_count(workers: int, servers_per_worker: int, evaluator: bool) -> 
     return workers * servers_per_worker + (1 if evaluator else 0)
 
 
+METRICS_PORT_MESSAGE = (
+    f"trainer.metricsPort must differ from the TensorFlow port {tfconfig.DEFAULT_PORT} and, with env servers, "
+    "from environments.port: the NetworkPolicy opens the metrics port to every source"
+)
+
+
+def metrics_port_free(metrics_port: int, placement: str, env_port: int) -> bool:
+    """The metrics port collides with no port of the job's pods (0 disables /metrics)."""
+    if metrics_port == 0:
+        return True
+    return metrics_port != tfconfig.DEFAULT_PORT and (placement == "colocated" or metrics_port != env_port)
+
+
 def _replica_counts(replica_specs: dict) -> tuple:
     return tuple(_get(replica_specs, t, "replicas") if t in replica_specs else 0 for t in naming.REPLICA_TYPES)
 
@@ -408,7 +470,7 @@ RULES: tuple[Rule, ...] = (
         message="metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
         "letter (it starts the name of every pod and Service of the job)",
         field="metadata.name",
-        check=lambda new, _: bool(_NAME_RE.match(str(_get(new, "metadata", "name") or ""))),
+        check=lambda new, _: bool(_NAME_RE.fullmatch(str(_get(new, "metadata", "name") or ""))),
     ),
     Rule(
         at=("metadata", "name"),
@@ -513,6 +575,21 @@ RULES: tuple[Rule, ...] = (
         message=f"environments.port must differ from the TensorFlow port {tfconfig.DEFAULT_PORT}",
         field="spec.environments.port",
         check=lambda new, _: _get(new, "spec", "environments", "port") != tfconfig.DEFAULT_PORT,
+    ),
+    Rule(
+        at=("spec",),
+        cel=f"!has(self.trainer.metricsPort) || self.trainer.metricsPort != {tfconfig.DEFAULT_PORT} && "
+        "(self.environments.placement == 'colocated' || self.trainer.metricsPort != self.environments.port)",
+        message=METRICS_PORT_MESSAGE,
+        field="spec.trainer.metricsPort",
+        check=lambda new, _: (
+            _get(new, "spec", "trainer", "metricsPort") is None
+            or metrics_port_free(
+                _get(new, "spec", "trainer", "metricsPort"),
+                _get(new, "spec", "environments", "placement") or "colocated",
+                _get(new, "spec", "environments", "port") or DEFAULT_ENV_SERVER_PORT,
+            )
+        ),
     ),
     Rule(
         at=("spec",),
@@ -635,12 +712,12 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
             ]
         )
     try:
-        job = AgentsJob.model_validate(data)
+        job = AgentsJob.model_validate(data, strict=True)
     except ValidationError as err:
         raise InvalidJob(_pydantic_problems(err)) from None
     problems = check_rules(data, old)
     try:
-        problems += _environment_problems(job.spec.environments, job.trainer_config())
+        problems += _environment_problems(job, job.trainer_config())
     except KeyError as err:
         problems.append(Problem("spec.trainer.preset", str(err.args[0])))
     except ValidationError as err:
@@ -650,21 +727,20 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
     return job
 
 
-def _environment_problems(environments: Environments, config: TrainerConfig) -> list[Problem]:
+def _environment_problems(job: AgentsJob, config: TrainerConfig) -> list[Problem]:
     """Rules between spec.environments and the resolved trainer config (the CRD cannot see presets)."""
+    environments = job.spec.environments
     problems = []
+    # An explicit metricsPort is judged by its RULE (and the CRD); a preset's is judged here.
+    preset_port = "metrics_port" not in job.spec.trainer.model_fields_set
+    if preset_port and not metrics_port_free(config.metrics_port, environments.placement, environments.port):
+        reason = f"the preset's {config.metrics_port}: {METRICS_PORT_MESSAGE}"
+        problems.append(Problem("spec.trainer.metricsPort", reason))
     if environments.servers_per_worker > config.envs_per_worker:
         problems.append(
             Problem(
                 "spec.environments.serversPerWorker",
                 f"{environments.servers_per_worker} servers cannot split envsPerWorker {config.envs_per_worker}",
-            )
-        )
-    if environments.placement == "sidecar" and environments.port == config.metrics_port:
-        problems.append(
-            Problem(
-                "spec.environments.port",
-                f"{environments.port} is the trainer's metricsPort, which shares the sidecar's pod network",
             )
         )
     return problems

@@ -36,6 +36,10 @@ DNS_LABEL_MAX = 63
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """Service names must be DNS-1035 labels, so job names must be too (they start every child name)."""
 
+LABEL_VALUE_MAX = 63
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+"""A Kubernetes label value: empty, or alphanumerics with '-', '_', '.' inside."""
+
 TENSORBOARD_SUFFIX = "-tensorboard"
 NETWORK_POLICY_SUFFIX = "-replicas"
 

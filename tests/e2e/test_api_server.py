@@ -74,6 +74,10 @@ def served(kube: Kube, manifest: dict) -> bool:
 @pytest.mark.parametrize("bad", BAD, ids=bad_id)
 def test_the_api_server_refuses_what_validate_refuses_naming_the_same_field(kube, dry_namespace, bad: Bad):
     data = bad_manifest(bad)
+    if bad.not_json:
+        with pytest.raises(ValueError):
+            json.dumps(data, allow_nan=False)
+        return
     if bad.unknown_resource:
         assert not served(kube, data)
         return
