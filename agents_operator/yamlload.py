@@ -1,31 +1,41 @@
-"""Loading untrusted YAML with bounds: size, nesting depth, alias expansion and duplicate keys.
+"""Loading untrusted YAML with bounds: size, nesting depth, alias expansion, duplicate keys, unbuildable values.
 
 A manifest is checked in one pass over the parser's events before any object is built, so a hostile file
-(a 10 MB manifest, an alias bomb, ten thousand nested lists) is refused in milliseconds with one line,
-instead of running for minutes or ending in a RecursionError. Only then is it loaded, with libyaml's
-`CSafeLoader` where PyYAML was built with it. Pure module.
+(a 10 MB manifest, an alias bomb, ten thousand nested lists, a 5000-digit integer, February 30th) is
+refused in milliseconds with one line naming the place, instead of running for minutes or ending in a
+traceback. Only then is it loaded, with libyaml's `CSafeLoader` where PyYAML was built with it. Pure module.
 """
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
 MAX_BYTES = 1536 * 1024
 """1.5 MiB: etcd's default request limit (`--max-request-bytes`, https://etcd.io/docs/latest/dev-guide/limit/),
-so no API server backed by a default etcd can store a larger object; kube-apiserver itself refuses request
-bodies over 3 MiB. A manifest is a few KB."""
+so no API server backed by a default etcd can store a larger object. kube-apiserver's own limit on a request
+body is higher, 3 MiB (`MaxRequestBodyBytes` = 3145728 in k8s.io/apiserver/pkg/server/config.go), so the
+smaller of the two is the one that decides. A manifest is a few KB."""
 MAX_DEPTH = 64
 """Deepest nesting of lists and mappings; a pod template needs about 12."""
 MAX_NODES = 100_000
 """Nodes of the whole stream once every alias is expanded (what a consumer walking it would visit)."""
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_RESOLVER = yaml.resolver.Resolver()
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_STR_TAG = "tag:yaml.org,2002:str"
+_BUILD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, yaml.YAMLError)
+"""What PyYAML's safe constructors raise on a scalar they cannot build (int('9'*5000), 2001-02-30,
+`!!bool maybe`)."""
 
 
 class YAMLBoundsError(ValueError):
-    """The text exceeds a bound or repeats a key; `line` (1-based) and `path` say where, when known."""
+    """The text exceeds a bound, repeats a key or holds a value that cannot be built; `line` (1-based) and
+    `path` say where, when known."""
 
     def __init__(self, reason: str, line: int | None = None, path: str = ""):
         self.reason, self.line, self.path = reason, line, path
@@ -42,6 +52,7 @@ class _Collection:
     keys: set = field(default_factory=set)
     expect_key: bool = True
     key: str | None = None
+    """The text of the key being read (for paths); `keys` holds the built values, which decide duplicates."""
 
 
 def _path(stack: list[_Collection]) -> str:
@@ -72,14 +83,40 @@ def _scalar_or_alias(event: yaml.Event, stack: list[_Collection], sizes: dict[st
         if event.anchor:
             sizes[event.anchor] = 1
     parent = stack[-1] if stack else None
-    if parent is not None and parent.mapping and parent.expect_key:
+    is_key = parent is not None and parent.mapping and parent.expect_key
+    value = _scalar_value(event, line, stack) if isinstance(event, yaml.ScalarEvent) else None
+    if is_key:
         key = event.value if isinstance(event, yaml.ScalarEvent) else None
         if key is not None and key != "<<":
-            if key in parent.keys:
+            if _hashable(value) in parent.keys:
                 raise YAMLBoundsError(f"duplicate key {key!r}", line, ".".join(filter(None, [_path(stack[:-1]), key])))
-            parent.keys.add(key)
+            parent.keys.add(_hashable(value))
         parent.key = key
     return size
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None), datetime.date)) else repr(value)
+
+
+def _scalar_value(event: yaml.ScalarEvent, line: int | None, stack: list[_Collection]) -> Any:
+    """The value the loader will build from a scalar, so that keys are compared as values (`1` and `'1'`
+    differ, `1` and `0x1` are one key, as in the built mapping), and a value that cannot be built is
+    refused here with its place."""
+    tag = event.tag
+    if tag in (None, "!"):
+        tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+    build = _CONSTRUCTOR.yaml_constructors.get(tag)
+    if tag == _STR_TAG or build is None:
+        return event.value
+    try:
+        return build(_CONSTRUCTOR, yaml.ScalarNode(tag, event.value))
+    except _BUILD_ERRORS as err:
+        shown = event.value if len(event.value) <= 40 else event.value[:40] + "…"
+        detail = "not one of its values" if isinstance(err, KeyError) else err
+        raise YAMLBoundsError(
+            f"cannot read {shown!r} as {tag.rsplit(':', 1)[-1]}: {detail}", line, _path(stack)
+        ) from None
 
 
 def check_bounds(text: str) -> None:
@@ -115,4 +152,9 @@ def check_bounds(text: str) -> None:
 def load_all(text: str) -> list:
     """The documents of `text`, after `check_bounds`; yaml.YAMLError or YAMLBoundsError when it is bad."""
     check_bounds(text)
-    return list(yaml.load_all(text, Loader=Loader))
+    try:
+        return list(yaml.load_all(text, Loader=Loader))
+    except _BUILD_ERRORS as err:
+        if isinstance(err, yaml.YAMLError):
+            raise
+        raise YAMLBoundsError(f"cannot build a value: {err}") from None  # check_bounds tries them all first

@@ -31,6 +31,12 @@ HOSTILE = [
         ".".join(["a"] + [f"k{i}" for i in range(1, 64)]),
         "nested more than 64 levels",
     ),
+    ("a: " + "9" * 5000 + "\n", 1, "a", "as int: Exceeds the limit (4300 digits)"),
+    ("spec:\n  when: 2001-02-30\n", 2, "spec.when", "as timestamp: day is out of range for month"),
+    ("a: [1, !!bool maybe]\n", 1, "a", "'maybe' as bool: not one of its values"),
+    ("a: !!int abc\n", 1, "a", "'abc' as int: invalid literal"),
+    ("{1: x, 0x1: y}\n", 1, "0x1", "duplicate key '0x1'"),  # one key once built: the mapping would lose x
+    ("{null: 1, ~: 2}\n", 1, "~", "duplicate key '~'"),
 ]
 
 
@@ -42,6 +48,28 @@ def test_hostile_yaml_is_refused_naming_line_and_path(text, line, path, reason):
     assert time.perf_counter() - started < 1
     assert reason in err.value.reason
     assert (err.value.line, err.value.path) == (line, path)
+
+
+@pytest.mark.parametrize("text", ["{1: x, '1': y}\n", "{true: x, 'true': y}\n", "{1: a, 1.5: b}\n"])
+def test_keys_that_differ_once_built_are_not_duplicates(text):
+    assert yamlload.load_all(text) == list(yaml.safe_load_all(text)) and len(yamlload.load_all(text)[0]) == 2
+
+
+def test_a_value_that_cannot_be_built_is_one_line_naming_file_line_and_path(tmp_path):
+    path = tmp_path / "date.yaml"
+    path.write_text("spec:\n  when: 2001-02-30\n")
+    with pytest.raises(manifests.ManifestError) as err:
+        manifests.load_documents(path)
+    assert (
+        str(err.value) == f"{path}:2: spec.when: cannot read '2001-02-30' as timestamp: day is out of range for month"
+    )
+
+
+def test_a_large_ordinary_manifest_is_checked_quickly():
+    text = "".join(f"k{i}: [{i}, {i}.5, 'text {i}', true, null]\n" for i in range(10_000))  # 60k nodes
+    started = time.perf_counter()
+    yamlload.check_bounds(text)
+    assert time.perf_counter() - started < 2
 
 
 def test_a_manifest_larger_than_etcd_stores_is_refused_before_parsing(tmp_path):
