@@ -40,6 +40,18 @@ def dump_all(objs: Iterable[Any], dumper: type = Dumper) -> str:
     return yaml.dump_all(list(objs), Dumper=dumper, sort_keys=False, width=120)
 
 
+def _yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    """':line:column: invalid YAML: problem' in one line, whichever stage of PyYAML raised `err`."""
+    if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow; no mark, a position
+        before = text[: err.position]
+        where = f":{before.count(chr(10)) + 1}:{err.position - before.rfind(chr(10))}"
+        return f"{where}: invalid YAML: {err.reason} #x{err.character:04x}"
+    mark = getattr(err, "problem_mark", None)
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    return f"{where}: invalid YAML: {problem}"
+
+
 def load_documents(path: str | Path) -> list[Any]:
     """The non-empty YAML documents of a file ('-' reads standard input)."""
     name = str(path)
@@ -58,10 +70,7 @@ def load_documents(path: str | Path) -> list[Any]:
         where = f":{err.line}" if err.line else ""
         raise ManifestError(f"{name}{where}: {err}") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ManifestError(f"{name}{where}: invalid YAML: {problem}") from None
+        raise ManifestError(f"{name}{_yaml_problem(err, text)}") from None
     if not docs:
         raise ManifestError(f"{name}: no YAML document found")
     return docs

@@ -65,6 +65,14 @@ def test_a_value_that_cannot_be_built_is_one_line_naming_file_line_and_path(tmp_
     )
 
 
+def test_a_character_yaml_does_not_allow_is_one_line_with_line_and_column(tmp_path):
+    path = tmp_path / "ctl.yaml"
+    path.write_text("a: 1\nb: \x1f\n")
+    with pytest.raises(manifests.ManifestError) as err:
+        manifests.load_documents(path)
+    assert str(err.value) == f"{path}:2:4: invalid YAML: control characters are not allowed #x001f"
+
+
 def test_a_large_ordinary_manifest_is_checked_quickly():
     text = "".join(f"k{i}: [{i}, {i}.5, 'text {i}', true, null]\n" for i in range(10_000))  # 60k nodes
     started = time.perf_counter()
