@@ -707,7 +707,7 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
             [
                 Problem(
                     "kind" if kind != naming.KIND else "apiVersion",
-                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, got {api_version} {kind}",
+                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, got {api_version!r} {kind!r}",
                 )
             ]
         )

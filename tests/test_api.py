@@ -290,6 +290,14 @@ def test_job_labels_must_be_label_values():
     assert any(p.startswith("metadata.labels.team: String should match pattern") for p in problems(data))
 
 
+def test_a_value_echoed_in_a_problem_stays_on_one_line():
+    data = _with("apiVersion", "agents.dev/v1alpha1\nkind: Pod")
+    assert problems(data) == [
+        "apiVersion: expected apiVersion agents.dev/v1alpha1 and kind AgentsJob, got 'agents.dev/v1alpha1\\nkind: Pod' "
+        "'AgentsJob'"
+    ]
+
+
 def test_not_a_mapping():
     assert problems(["a"]) == ["expected a mapping (an AgentsJob object), got list"]
 
