@@ -28,9 +28,9 @@ Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _RESOLVER = yaml.resolver.Resolver()
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 _STR_TAG = "tag:yaml.org,2002:str"
-_BUILD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, yaml.YAMLError)
+_BUILD_ERRORS = (ValueError, TypeError, LookupError, AttributeError, ArithmeticError, yaml.YAMLError)
 """What PyYAML's safe constructors raise on a scalar they cannot build (int('9'*5000), 2001-02-30,
-`!!bool maybe`)."""
+`!!bool maybe`, `!!int ''`)."""
 
 
 class YAMLBoundsError(ValueError):

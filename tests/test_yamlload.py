@@ -35,6 +35,7 @@ HOSTILE = [
     ("spec:\n  when: 2001-02-30\n", 2, "spec.when", "as timestamp: day is out of range for month"),
     ("a: [1, !!bool maybe]\n", 1, "a", "'maybe' as bool: not one of its values"),
     ("a: !!int abc\n", 1, "a", "'abc' as int: invalid literal"),
+    ("a: !!int ''\n", 1, "a", "'' as int: string index out of range"),
     ("{1: x, 0x1: y}\n", 1, "0x1", "duplicate key '0x1'"),  # one key once built: the mapping would lose x
     ("{null: 1, ~: 2}\n", 1, "~", "duplicate key '~'"),
 ]
