@@ -7,6 +7,7 @@ the operator and the local launcher parse manifests with `parse_job`. Pure modul
 
 from __future__ import annotations
 
+import math
 import re
 import types
 import typing
@@ -711,6 +712,9 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
                 )
             ]
         )
+    not_json = _json_problems(data)
+    if not_json:
+        raise InvalidJob(not_json)
     try:
         job = AgentsJob.model_validate(data, strict=True)
     except ValidationError as err:
@@ -725,6 +729,20 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
     if problems:
         raise InvalidJob(problems)
     return job
+
+
+def _json_problems(value: Any, loc: tuple = ()) -> list[Problem]:
+    """Values YAML can write but JSON cannot carry (.inf, .nan, !!binary, !!set), anywhere in the manifest,
+    pod templates included: kubectl cannot send them, so no API server ever accepts them."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [Problem(_loc(loc), "not a finite number: JSON has no inf or NaN")]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _json_problems(item, (*loc, key))]
+    if isinstance(value, list):
+        return [p for index, item in enumerate(value) for p in _json_problems(item, (*loc, index))]
+    if isinstance(value, (bytes, set)):
+        return [Problem(_loc(loc), f"YAML's {type(value).__name__} has no JSON form")]
+    return []
 
 
 def _environment_problems(job: AgentsJob, config: TrainerConfig) -> list[Problem]:

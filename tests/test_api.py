@@ -185,6 +185,14 @@ BAD = [
     # Hostile input: wrong types, non-finite numbers, names and paths that would break a child object.
     Bad("spec.trainer.learningRate", float("inf"), "spec.trainer.learningRate", "finite number", not_json=True),
     Bad("spec.trainer.discount", float("nan"), "spec.trainer.discount", "finite number", not_json=True),
+    Bad(
+        WORKER_TEMPLATE,
+        _template({"resources": {"limits": {"cpu": float("inf")}}}),
+        f"{CONTAINER}.resources.limits.cpu",
+        "not a finite number",
+        not_json=True,
+    ),
+    Bad(WORKER_TEMPLATE, _template({"args": [b"\x00"]}), f"{CONTAINER}.args[0]", "bytes has no JSON", not_json=True),
     Bad("spec.trainer.epochs", True, "spec.trainer.epochs", "Input should be a valid integer"),
     Bad("spec.trainer.epochs", "3", "spec.trainer.epochs", "Input should be a valid integer"),
     Bad("spec.trainer.learningRate", "1e-3", "spec.trainer.learningRate", "Input should be a valid number"),
