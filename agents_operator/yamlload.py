@@ -24,8 +24,28 @@ MAX_DEPTH = 64
 MAX_NODES = 100_000
 """Nodes of the whole stream once every alias is expanded (what a consumer walking it would visit)."""
 
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_RESOLVER = yaml.resolver.Resolver()
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_IMPLICIT = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+}
+
+
+class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader where PyYAML has it. A plain `2024-01-01` stays a string, as kubectl reads it
+    (sigs.k8s.io/yaml: go-yaml v2 decodes a timestamp into an untyped value as its text), so validate judges
+    the value the API server will receive."""
+
+    yaml_implicit_resolvers = _IMPLICIT
+
+
+class _Resolver(yaml.resolver.Resolver):
+    """Resolves the tags of plain scalars as Loader does, for check_bounds."""
+
+    yaml_implicit_resolvers = _IMPLICIT
+
+
+_RESOLVER = _Resolver()
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 _STR_TAG = "tag:yaml.org,2002:str"
 _BUILD_ERRORS = (ValueError, TypeError, LookupError, AttributeError, ArithmeticError, yaml.YAMLError)

@@ -32,7 +32,7 @@ HOSTILE = [
         "nested more than 64 levels",
     ),
     ("a: " + "9" * 5000 + "\n", 1, "a", "as int: Exceeds the limit (4300 digits)"),
-    ("spec:\n  when: 2001-02-30\n", 2, "spec.when", "as timestamp: day is out of range for month"),
+    ("spec:\n  when: !!timestamp 2001-02-30\n", 2, "spec.when", "as timestamp: day is out of range for month"),
     ("a: [1, !!bool maybe]\n", 1, "a", "'maybe' as bool: not one of its values"),
     ("a: !!int abc\n", 1, "a", "'abc' as int: invalid literal"),
     ("a: !!int ''\n", 1, "a", "'' as int: string index out of range"),
@@ -58,7 +58,7 @@ def test_keys_that_differ_once_built_are_not_duplicates(text):
 
 def test_a_value_that_cannot_be_built_is_one_line_naming_file_line_and_path(tmp_path):
     path = tmp_path / "date.yaml"
-    path.write_text("spec:\n  when: 2001-02-30\n")
+    path.write_text("spec:\n  when: !!timestamp 2001-02-30\n")
     with pytest.raises(manifests.ManifestError) as err:
         manifests.load_documents(path)
     assert (
@@ -114,4 +114,17 @@ def test_ordinary_yaml_loads_as_pyyaml_does(text):
 
 
 def test_the_c_loader_is_used_when_pyyaml_has_it():
-    assert yamlload.Loader is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    assert issubclass(yamlload.Loader, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def test_a_plain_date_stays_a_string_as_kubectl_reads_it():
+    assert yamlload.load_all("a: 2024-01-01\nb: 2001-02-30\n") == [{"a": "2024-01-01", "b": "2001-02-30"}]
+
+
+def test_a_date_in_an_annotation_is_valid_as_the_api_server_finds_it(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: agents.dev/v1alpha1\nkind: AgentsJob\n"
+        "metadata: {name: demo, annotations: {released: 2024-01-01}}\nspec: {replicaSpecs: {worker: {}}}\n"
+    )
+    assert manifests.load_job(path).metadata.annotations == {"released": "2024-01-01"}
