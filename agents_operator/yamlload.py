@@ -1,7 +1,7 @@
 """Loading untrusted YAML with bounds: size, nesting depth, alias expansion, duplicate keys, unbuildable values.
 
 A manifest is checked in one pass over the parser's events before any object is built, so a hostile file
-(a 10 MB manifest, an alias bomb, ten thousand nested lists, a 5000-digit integer, February 30th) is
+(a 10 MB manifest, an alias bomb, ten thousand nested lists, a 5000-digit integer, `!!timestamp 2001-02-30`) is
 refused in milliseconds with one line naming the place, instead of running for minutes or ending in a
 traceback. Only then is it loaded, with libyaml's `CSafeLoader` where PyYAML was built with it. Pure module.
 """
