@@ -32,6 +32,7 @@ STORAGE_PATH = r"^(/([^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+))+$"
 (a mount at '/' would hide the image; '..' would leave the volume). RE2 has no lookahead, hence the three
 spellings of a segment that is neither '.' nor '..'."""
 LabelValue = Annotated[str, Field(max_length=naming.LABEL_VALUE_MAX, pattern=naming.LABEL_VALUE)]
+QualifiedName = Annotated[str, Field(max_length=naming.QUALIFIED_NAME_MAX, pattern=naming.QUALIFIED_NAME)]
 
 
 def _nullable(annotation: Any) -> bool:
@@ -372,8 +373,8 @@ class ObjectMeta(KubeModel):
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
-    labels: dict[str, LabelValue] | None = None
-    annotations: dict[str, str] | None = None
+    labels: dict[QualifiedName, LabelValue] | None = None
+    annotations: dict[QualifiedName, str] | None = None
 
 
 class AgentsJob(CamelModel):
@@ -669,6 +670,16 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+def _object_meta_style(loc: tuple, reason: str) -> tuple[tuple, str]:
+    """A dict's key is marked '[key]' by pydantic: say "key:" instead. The job's own labels and annotations
+    are named as the API server names them, the map with the entry's key in the reason."""
+    if loc[-1:] == ("[key]",):
+        loc, reason = loc[:-1], f"key: {reason}"
+    if len(loc) > 2 and loc[0] == "metadata" and loc[1] in ("labels", "annotations"):
+        loc, reason = loc[:2], f"{loc[2]!r}: {reason}"
+    return loc, reason
+
+
 def _pydantic_problems(err: ValidationError, prefix: str = "") -> list[Problem]:
     problems = []
     for e in err.errors():
@@ -678,6 +689,7 @@ def _pydantic_problems(err: ValidationError, prefix: str = "") -> list[Problem]:
             reason = "unknown field"
         elif e["type"] == "literal_error":
             reason = f"must be one of {e['ctx']['expected']}" if "ctx" in e else reason
+        loc, reason = _object_meta_style(loc, reason)
         path = _loc(loc)
         problems.append(Problem(f"{prefix}.{path}" if prefix and path else prefix or path, reason))
     return problems

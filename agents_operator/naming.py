@@ -40,6 +40,10 @@ LABEL_VALUE_MAX = 63
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 """A Kubernetes label value: empty, or alphanumerics with '-', '_', '.' inside."""
 
+QUALIFIED_NAME = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+"""A label or annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
+QUALIFIED_NAME_MAX = 253 + 1 + 63
+
 TENSORBOARD_SUFFIX = "-tensorboard"
 NETWORK_POLICY_SUFFIX = "-replicas"
 

@@ -193,6 +193,9 @@ BAD = [
         not_json=True,
     ),
     Bad(WORKER_TEMPLATE, _template({"args": [b"\x00"]}), f"{CONTAINER}.args[0]", "bytes has no JSON", not_json=True),
+    Bad("metadata.labels", {"bad key!": "x"}, "metadata.labels", "'bad key!': key: String should match pattern"),
+    Bad("metadata.labels", {"team": "a b"}, "metadata.labels", "'team': String should match pattern"),
+    Bad("metadata.annotations", {"a/b/c": "x"}, "metadata.annotations", "'a/b/c': key: String should match pattern"),
     Bad("spec.trainer.epochs", True, "spec.trainer.epochs", "Input should be a valid integer"),
     Bad("spec.trainer.epochs", "3", "spec.trainer.epochs", "Input should be a valid integer"),
     Bad("spec.trainer.learningRate", "1e-3", "spec.trainer.learningRate", "Input should be a valid number"),
@@ -295,7 +298,7 @@ def test_a_null_the_schema_does_not_allow_is_dropped_as_the_api_server_does():
 def test_job_labels_must_be_label_values():
     data = manifest()
     data["metadata"]["labels"] = {"team": "a b"}
-    assert any(p.startswith("metadata.labels.team: String should match pattern") for p in problems(data))
+    assert any(p.startswith("metadata.labels: 'team': String should match pattern") for p in problems(data))
 
 
 def test_a_value_echoed_in_a_problem_stays_on_one_line():
