@@ -370,7 +370,7 @@ class AgentsJobStatus(CamelModel):
 
 class ObjectMeta(KubeModel):
     name: str = Field(description="Job name; prefix of every child name.")
-    namespace: str | None = None
+    namespace: str | None = Field(None, max_length=naming.DNS_LABEL_MAX, pattern=naming.DNS_1123_LABEL)
     uid: str | None = None
     generation: int | None = None
     labels: dict[QualifiedName, LabelValue] | None = None
@@ -727,6 +727,7 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
     not_json = _json_problems(data)
     if not_json:
         raise InvalidJob(not_json)
+    data = _json_numbers(data)
     try:
         job = AgentsJob.model_validate(data, strict=True)
     except ValidationError as err:
@@ -755,6 +756,18 @@ def _json_problems(value: Any, loc: tuple = ()) -> list[Problem]:
     if isinstance(value, (bytes, set)):
         return [Problem(_loc(loc), f"YAML's {type(value).__name__} has no JSON form")]
     return []
+
+
+def _json_numbers(value: Any) -> Any:
+    """`value` with every integral float as an int: JSON has one number type, and the API server reads
+    `replicas: 2.0` as the integer 2, so validate does too (types stay strict otherwise)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _json_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(item) for item in value]
+    return value
 
 
 def _environment_problems(job: AgentsJob, config: TrainerConfig) -> list[Problem]:

@@ -295,6 +295,24 @@ def test_a_null_the_schema_does_not_allow_is_dropped_as_the_api_server_does():
     assert job.spec.run_policy.backoff_limit == 3
 
 
+INTEGRAL_FLOATS = manifest(
+    trainer={"preset": "pendulum", "epochs": 3.0},
+    replicaSpecs={"ps": {"replicas": 1.0}, "worker": {"replicas": 2.0}},
+)
+"""Accepted by the API server: JSON has one number type (tests/e2e sends it too)."""
+
+
+def test_an_integral_float_is_the_integer_as_json_reads_it():
+    job = parse_job(copy.deepcopy(INTEGRAL_FLOATS))
+    assert job.spec.replica_specs.counts()["worker"] == 2 and job.trainer_config().epochs == 3
+
+
+def test_the_namespace_must_be_a_dns_label():
+    data = manifest()
+    data["metadata"]["namespace"] = "Bad_NS"
+    assert any(p.startswith("metadata.namespace: String should match pattern") for p in problems(data))
+
+
 def test_job_labels_must_be_label_values():
     data = manifest()
     data["metadata"]["labels"] = {"team": "a b"}
