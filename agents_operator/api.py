@@ -15,7 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, presets, tfconfig
@@ -375,6 +384,14 @@ class ObjectMeta(KubeModel):
     generation: int | None = None
     labels: dict[QualifiedName, LabelValue] | None = None
     annotations: dict[QualifiedName, str] | None = None
+
+    @field_validator("labels", "annotations", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        """A null entry is the empty string, as the API server decodes it into Go's map[string]string."""
+        if isinstance(value, dict):
+            return {key: "" if item is None else item for key, item in value.items()}
+        return value
 
 
 class AgentsJob(CamelModel):

@@ -307,6 +307,13 @@ def test_an_integral_float_is_the_integer_as_json_reads_it():
     assert job.spec.replica_specs.counts()["worker"] == 2 and job.trainer_config().epochs == 3
 
 
+def test_a_null_label_or_annotation_is_the_empty_string_as_the_api_server_decodes_it():
+    data = manifest()
+    data["metadata"].update(labels={"team": None}, annotations={"note": None})
+    job = parse_job(data)
+    assert (job.metadata.labels, job.metadata.annotations) == ({"team": ""}, {"note": ""})
+
+
 def test_the_namespace_must_be_a_dns_label():
     data = manifest()
     data["metadata"]["namespace"] = "Bad_NS"
