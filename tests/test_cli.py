@@ -26,7 +26,7 @@ def test_validate_examples(capsys):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("kind: [unclosed", ":1:16: invalid YAML: expected ',' or ']'"),
+        ("kind: [unclosed", ":2:1: invalid YAML: did not find expected ',' or ']'"),  # libyaml's words
         ("", "no YAML document found"),
         ("- a\n- b\n", "expected a mapping"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "kind: expected apiVersion agents.dev"),
