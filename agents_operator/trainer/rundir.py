@@ -1,8 +1,8 @@
 """The run directory's `config.yaml`: written at the start of every run, the reference on resume.
 
 On `--resume` the saved config is the run's config. Settings given again (a preset with `--config`, or
-`--set`) must agree with it, except the few in `CHANGEABLE_ON_RESUME`, which do not change what was
-learned so far (to train a finished run for longer, raise `total_steps`).
+`--set`) must agree with it, except the few in `config.CHANGEABLE_ON_RESUME`, which do not change what an
+update learns (to train a finished run for longer, raise `total_steps`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ from typing import Any
 
 import yaml
 
-from agents_operator.config import TrainerConfig
+from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig
 
 CONFIG_FILE = "config.yaml"
 VIDEO = "videos/final.gif"
 """Where the chief renders the final policy (`video_episodes`)."""
-CHANGEABLE_ON_RESUME = frozenset(
-    {"total_steps", "checkpoint_every", "eval_every", "eval_episodes", "metrics_port", "threads"}
-)
 
 
 class ConfigConflict(ValueError):
