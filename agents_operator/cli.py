@@ -79,6 +79,7 @@ def _local(args: argparse.Namespace) -> int:
     logdir = (Path(args.logdir) if args.logdir else Path("runs") / job.name).resolve()
     try:
         local.prepare_logdir(logdir)
+        local.check_resume(job, logdir, video=not args.no_video)
         if not args.share_network:
             sandbox.isolate_network()
     except local.LaunchError as err:

@@ -202,6 +202,8 @@ def train(
             )
         if cluster is not None:
             state = _leave_cluster(cluster, learner, logdir, outputs.progress)
+        if chief:
+            rundir.write_summary(logdir, _summary(state, result))
         if chief and config.video_episodes:
             _final_video(config, logdir, outputs.progress, env_servers.addresses[0] if env_servers else None)
         result.env_steps, result.iterations = state.env_steps, state.iterations
@@ -256,6 +258,16 @@ def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.C
         # Each synchronous update is one iteration of every worker: all of them stop after the same one.
         return state.global_step >= config.updates(cluster.num_workers)
     return state.env_steps >= config.total_steps
+
+
+def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
+    """The chief's final record (`rundir.SUMMARY_FILE`): the job's counts, this process's last returns."""
+    summary = {"env_steps": state.env_steps, "global_step": state.global_step, "iterations": state.iterations}
+    if result.train_returns:
+        summary["mean_return"] = result.train_returns[-1][1]
+    if result.evaluations:
+        summary["eval_mean_return"] = result.evaluations[-1][1]
+    return summary
 
 
 def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:

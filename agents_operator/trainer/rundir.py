@@ -17,10 +17,20 @@ from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig
 CONFIG_FILE = "config.yaml"
 VIDEO = "videos/final.gif"
 """Where the chief renders the final policy (`video_episodes`)."""
+SUMMARY_FILE = "summary.yaml"
+"""The chief's final record of a run that reached its end: the job's env steps and global step once every
+worker has left, and this process's last training and evaluation returns."""
 
 
 class ConfigConflict(ValueError):
-    """A resumed run was given settings that contradict its saved config."""
+    """A resumed run was given settings that contradict its saved config; `conflicts` describes each one."""
+
+    def __init__(self, conflicts: list[str]):
+        self.conflicts = conflicts
+        super().__init__(
+            f"--resume: settings differ from the run's {CONFIG_FILE}: {'; '.join(conflicts)}. "
+            f"Drop them, or start a new run in another --logdir"
+        )
 
 
 def load_config(logdir: Path) -> TrainerConfig | None:
@@ -33,10 +43,30 @@ def load_config(logdir: Path) -> TrainerConfig | None:
 def write_config(logdir: Path, config: TrainerConfig) -> None:
     logdir = Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
-    tmp = logdir / f".{CONFIG_FILE}.tmp"
+    _write_atomic(logdir / CONFIG_FILE, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
-    tmp.replace(logdir / CONFIG_FILE)
+    tmp.replace(path)
+
+
+def write_summary(logdir: Path, summary: dict[str, float]) -> None:
+    _write_atomic(Path(logdir) / SUMMARY_FILE, yaml.safe_dump(summary, sort_keys=False))
+
+
+def load_summary(logdir: Path, since: float = 0.0) -> dict[str, float] | None:
+    """The chief's final record when it was written at or after wall time `since` (an older one is a
+    previous run's), else None; a record that cannot be read counts as none."""
+    path = Path(logdir) / SUMMARY_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else None
 
 
 def check_resume(saved: TrainerConfig, requested: TrainerConfig) -> None:
@@ -47,10 +77,7 @@ def check_resume(saved: TrainerConfig, requested: TrainerConfig) -> None:
         if key not in CHANGEABLE_ON_RESUME and getattr(saved, key) != getattr(requested, key)
     ]
     if conflicts:
-        raise ConfigConflict(
-            f"--resume: settings differ from the run's {CONFIG_FILE}: {'; '.join(conflicts)}. "
-            f"Drop them, or start a new run in another --logdir"
-        )
+        raise ConfigConflict(conflicts)
 
 
 def _show(value: Any) -> str:

@@ -3,9 +3,10 @@
 import socket
 import urllib.request
 
+import pytest
 import yaml
 
-from agents_operator.trainer import checkpoints
+from agents_operator.trainer import checkpoints, rundir
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.summaries import read_scalars
 
@@ -47,12 +48,17 @@ def test_train_resume_plot_and_visualize(tmp_path, capsys):
     assert read_scalars(logdir, "train/mean_length") == [(128 * i, 50.0) for i in range(1, 5)]
     for tag in ("loss/policy", "loss/value", "policy/kl", "policy/clipfrac", "optimizer/learning_rate"):
         assert len(read_scalars(logdir, tag)) == 4, tag
+    final = rundir.load_summary(logdir)
+    assert (final["env_steps"], final["iterations"]) == (512, 4)
+    assert final["eval_mean_return"] == pytest.approx(evaluations[-1][1], rel=1e-6)
 
     assert run("train", "--resume", "--set", "total_steps=1024", "--logdir", logdir) == 0
     assert [p.name for p in checkpoints.list_checkpoints(logdir)] == [f"ckpt-0000000{i}" for i in (4, 6, 8)]
     steps = [step for step, _ in read_scalars(logdir, "loss/value")]
     assert steps == [128 * i for i in range(1, 9)]  # counters continued from the checkpoint
     assert yaml.safe_load((logdir / "config.yaml").read_text())["total_steps"] == 1024
+    assert run("train", "--resume", "--logdir", logdir) == 0  # a finished run: nothing to do, true counts
+    assert rundir.load_summary(logdir)["env_steps"] == 1024
 
     capsys.readouterr()
     assert run("plot", "--logdir", logdir, "--out", tmp_path / "curve.png", "--tag", "eval/mean_return") == 0
