@@ -97,7 +97,7 @@ def _local(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # kopf, the Kubernetes client and aiohttp are imported here only: `agents-operator --help` stays fast.
-    from agents_operator import operator_main
+    from agents_operator import kube, operator_main
 
     options = operator_main.OperatorOptions(
         namespaces=args.namespace or [],
@@ -118,7 +118,11 @@ def _run(args: argparse.Namespace) -> int:
         watch_timeout=args.watch_timeout,
         request_timeout=args.request_timeout,
     )
-    return operator_main.run(options)
+    try:
+        return operator_main.run(options)
+    except kube.NoCluster as err:
+        print(f"agents-operator run: error: {err}", file=sys.stderr)
+        return 2
 
 
 def _labels(text: str) -> dict[str, str]:
