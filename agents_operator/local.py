@@ -141,7 +141,7 @@ def plan(
     for replica_type, index in render.replicas(job):
         pod = render.pod(job, replica_type, index, options)
         own = dict(addresses)
-        log = logdir / "logs" / naming.child_name(job.name, replica_type, index)
+        log = logdir / rundir.LOGS / naming.child_name(job.name, replica_type, index)
         for sidecar in _sidecars(pod):
             name = f"{replica_type}-{index}/{sidecar['name']}"
             port = ports.get(name) or free_port()
@@ -425,7 +425,7 @@ def _closing_lines(launcher: Launcher, outcome: policy.Outcome) -> list[str]:
         lines.append(f"  {summary}")
     elif not error:  # a failure that says why needs no guess at it
         lines.append("  no progress was reported (the chief's /metrics never answered)")
-    lines.append(f"  run directory: {logdir}  (logs in {logdir / 'logs'})")
+    lines.append(f"  run directory: {logdir}  (logs in {logdir / rundir.LOGS})")
     if outcome.succeeded and (logdir / rundir.VIDEO).exists():
         lines.append(f"  video: {logdir / rundir.VIDEO}")
     return lines

@@ -174,7 +174,7 @@ def run_visualize(args: argparse.Namespace) -> int:
 
 def run_plot(args: argparse.Namespace) -> int:
     for logdir in args.logdir:
-        if not any(Path(logdir).glob("events.out.tfevents.*")):
+        if not any(Path(logdir).glob(rundir.EVENTS)):
             raise UsageError(f"no summaries in {logdir}")
     _quiet_tensorflow()
     from agents_operator.trainer import plot

@@ -20,6 +20,13 @@ VIDEO = "videos/final.gif"
 SUMMARY_FILE = "summary.yaml"
 """The chief's final record of a run that reached its end: the job's env steps and global step once every
 worker has left, and this process's last training and evaluation returns."""
+CHECKPOINTS = "checkpoints"
+EVENTS = "events.out.tfevents.*"
+"""TensorBoard's event files (the pattern of their names)."""
+LOGS = "logs"
+"""Replica logs, written by `agents-operator local` only."""
+LAYOUT = (CONFIG_FILE, f"{CHECKPOINTS}/", EVENTS, SUMMARY_FILE, VIDEO, f"{LOGS}/")
+"""Everything a run directory may hold; docs/architecture.md describes each (tests/test_docs.py checks)."""
 
 
 class ConfigConflict(ValueError):
