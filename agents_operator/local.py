@@ -251,6 +251,8 @@ class Launcher:
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.restarts = 0
         self.started = time.monotonic()
+        self.since = time.time()
+        """Wall time of the start: files older than this in the run directory are a previous run's."""
         self.failed: Replica | None = None
         """The replica whose failure ended the job, if one did."""
         self.tracker = localreport.Tracker(job.trainer_config().total_steps, out)
@@ -302,7 +304,7 @@ class Launcher:
 
     def run(self) -> policy.Outcome:
         """Run the job to its end; the outcome says whether it succeeded and why not."""
-        self.started, since = time.monotonic(), time.time()
+        self.started, self.since = time.monotonic(), time.time()
         for replica in self.replicas:
             self._start(replica)
         last_metrics = 0.0
@@ -318,7 +320,7 @@ class Launcher:
         finally:
             self.tracker.update(scrape.scrape(self.metrics_url))
             self.stop_all()
-            self.tracker.finish(self.logdir, since)
+            self.tracker.finish(self.logdir, self.since)
 
     def _step(self) -> policy.Outcome | None:
         exited = [replica for replica in self.replicas if self._reap(replica)]
@@ -426,6 +428,7 @@ def _closing_lines(launcher: Launcher, outcome: policy.Outcome) -> list[str]:
     elif not error:  # a failure that says why needs no guess at it
         lines.append("  no progress was reported (the chief's /metrics never answered)")
     lines.append(f"  run directory: {logdir}  (logs in {logdir / rundir.LOGS})")
-    if outcome.succeeded and (logdir / rundir.VIDEO).exists():
-        lines.append(f"  video: {logdir / rundir.VIDEO}")
+    video = logdir / rundir.VIDEO
+    if outcome.succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
+        lines.append(f"  video: {video}")
     return lines

@@ -63,9 +63,9 @@ class Tracker:
         self.rate = 0.0
 
     def update(self, metrics: dict[str, float] | None) -> None:
-        if not metrics:
-            return
-        now, steps = time.monotonic(), metrics.get(status.METRIC_ENV_STEPS, 0.0)
+        if not metrics or status.METRIC_ENV_STEPS not in metrics:
+            return  # the chief does not know the run's counters yet (restoring a checkpoint, joining the ps)
+        now, steps = time.monotonic(), metrics[status.METRIC_ENV_STEPS]
         if self.last and steps == self.last.get(status.METRIC_ENV_STEPS):
             return  # nothing new: the chief is between iterations, or done
         if self._first is None:

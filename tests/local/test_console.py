@@ -130,3 +130,27 @@ def test_a_run_with_other_learning_settings_is_refused_before_anything_starts(tm
     message = str(error.value)
     assert "holds a run with other settings: learning_rate (saved 0.5, given " in message
     assert "\n" not in message and not (tmp_path / "logs").exists()
+
+
+def test_progress_starts_from_the_first_known_count_not_from_an_unknown_one(monkeypatch):
+    """A resumed run's chief knows its counters only after restoring: its steps are not this run's speed."""
+    now = [10.0]
+    monkeypatch.setattr(localreport.time, "monotonic", lambda: now[0])
+    t = localreport.Tracker(16384, io.StringIO())
+    t.update({status.METRIC_MEAN_RETURN: -5.0})  # served before the counters are known: no baseline
+    assert t.last == {}
+    t.update({status.METRIC_ENV_STEPS: 8192.0})
+    now[0] = 12.0
+    t.update({status.METRIC_ENV_STEPS: 10240.0})
+    assert t.rate == 1024.0
+
+
+def test_a_previous_runs_video_is_not_announced(tmp_path):
+    launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
+    video = tmp_path / rundir.VIDEO
+    video.parent.mkdir()
+    video.write_bytes(b"GIF89a")
+    done = policy.Outcome(True, "Succeeded", "the job's workers finished")
+    assert f"  video: {video}" in local._closing_lines(launcher, done)
+    os.utime(video, (launcher.since - 60, launcher.since - 60))
+    assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))
