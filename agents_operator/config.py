@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 Layers = Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1, max_length=8)]
@@ -173,3 +173,17 @@ CHANGEABLE_ON_RESUME = frozenset(
 """Fields of `TrainerConfig` that a resumed run may be given with another value than its saved config's:
 they decide how long it trains and what it reports (evaluations, video, metrics, checkpoints) or how fast,
 not what an update does with the same data. Every other field changes learning, and `--resume` refuses it."""
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic error as one line: 'learning_rate: Input should be greater than 0 (got -1)'."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown setting"
+        elif where:
+            message += f" (got {e['input']!r})"
+        parts.append(f"{where}: {message}" if where else message)
+    return "invalid config: " + "; ".join(parts)

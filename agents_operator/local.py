@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import yaml
-
 from agents_operator import localreport, naming, policy, render, sandbox, scrape, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.trainer import rundir
@@ -186,8 +184,8 @@ def check_resume(job: AgentsJob, logdir: Path, video: bool = True) -> None:
     """
     try:
         saved = rundir.load_config(logdir)
-    except (ValueError, yaml.YAMLError) as error:
-        raise LaunchError(f"run directory {logdir}: its {rundir.CONFIG_FILE} cannot be read: {error}") from None
+    except rundir.UnreadableConfig as error:
+        raise LaunchError(f"run directory {logdir}: {error}") from None
     if saved is None:
         return
     try:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig
+from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig, describe
 
 CONFIG_FILE = "config.yaml"
 VIDEO = "videos/final.gif"
@@ -40,11 +41,21 @@ class ConfigConflict(ValueError):
         )
 
 
+class UnreadableConfig(ValueError):
+    """The run's config.yaml is not a config (not YAML, or not valid); the message says why, in one line."""
+
+
 def load_config(logdir: Path) -> TrainerConfig | None:
+    """The run's saved config; None when there is no run; UnreadableConfig when it cannot be read."""
     path = Path(logdir) / CONFIG_FILE
     if not path.exists():
         return None
-    return TrainerConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    try:
+        return TrainerConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    except yaml.YAMLError as error:
+        raise UnreadableConfig(f"{path}: invalid config: not YAML: {str(error).splitlines()[0]}") from None
+    except ValidationError as error:
+        raise UnreadableConfig(f"{path}: {describe(error)}") from None
 
 
 def write_config(logdir: Path, config: TrainerConfig) -> None:

@@ -154,3 +154,15 @@ def test_a_previous_runs_video_is_not_announced(tmp_path):
     assert f"  video: {video}" in local._closing_lines(launcher, done)
     os.utime(video, (launcher.since - 60, launcher.since - 60))
     assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("learning_rate: [\n", "not YAML: "), ("learning_rate: -1\n", "learning_rate: Input should be greater than 0")],
+)
+def test_an_unreadable_saved_config_is_one_line(tmp_path, text, expected):
+    (tmp_path / rundir.CONFIG_FILE).write_text(text)
+    with pytest.raises(local.LaunchError) as error:
+        local.check_resume(job(["true"]), tmp_path)
+    assert f"{tmp_path / rundir.CONFIG_FILE}: invalid config: " in str(error.value)
+    assert expected in str(error.value) and "\n" not in str(error.value)
