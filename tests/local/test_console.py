@@ -166,3 +166,29 @@ def test_an_unreadable_saved_config_is_one_line(tmp_path, text, expected):
         local.check_resume(job(["true"]), tmp_path)
     assert f"{tmp_path / rundir.CONFIG_FILE}: invalid config: " in str(error.value)
     assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_summary_counts_what_the_chief_recorded_at_the_end_not_its_last_metrics(tmp_path):
+    """The stand-in chief serves 14,336 steps (before the other worker's last push), then records 16,384."""
+    worker = script(f"""
+        import http.server, os, sys, threading, time
+        if os.environ["AGENTS_REPLICA_INDEX"] != "0":
+            sys.exit(0)
+        body = b"agents_trainer_env_steps 14336.0\\nagents_trainer_eval_mean_return -969.3\\n"
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(body)
+            def log_message(self, *a): pass
+        server = http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        time.sleep(2.5)
+        server.shutdown()
+        open({str(tmp_path / rundir.SUMMARY_FILE)!r}, "w").write("env_steps: 16384\\nglobal_step: 8\\n")
+    """)
+    launcher = local.Launcher(job(worker), tmp_path, out=sys.stderr)
+    for r in launcher.replicas:
+        r.env["PORT"] = str(launcher.metrics_port)
+    outcome = launcher.run()
+    assert outcome.succeeded
+    summary = launcher.tracker.summary()
+    assert summary.startswith("16,384 env steps, global step 8, eval return -969.3"), summary
