@@ -80,11 +80,14 @@ class Tracker:
         self.display.say(message)
 
     def finish(self, logdir: Path, since: float) -> None:
-        """End the bar; take the chief's final record when this run (started at wall time `since`) wrote one."""
-        self.display.close()
+        """Take the chief's final record when this run (started at wall time `since`) wrote one, show it on
+        the bar, and end the bar."""
         final = rundir.load_summary(logdir, since)
         if final:
             self.last = {**self.last, **{FINAL_METRICS[k]: v for k, v in final.items() if k in FINAL_METRICS}}
+            steps = self.last.get(status.METRIC_ENV_STEPS, 0.0)
+            self.display.update(int(steps), self.last.get(status.METRIC_MEAN_RETURN), self.rate)
+        self.display.close()
 
     def summary(self) -> str | None:
         """One line: env steps, the return (the last evaluation's when there is one), speed; None when the

@@ -77,8 +77,11 @@ def test_the_chiefs_final_record_replaces_lagging_metrics_only_when_this_run_wro
     t = tracker(**{status.METRIC_ENV_STEPS: 14336.0, status.METRIC_EVAL_RETURN: -900.0})
     since = time.time()
     rundir.write_summary(tmp_path, {"env_steps": 16384, "global_step": 8, "iterations": 16})
+    t.display = Progress(16384, Terminal())
+    t.display.update(14336, None, 1.0)
     t.finish(tmp_path, since)
     assert t.last[status.METRIC_ENV_STEPS] == 16384 and t.last[status.METRIC_GLOBAL_STEP] == 8
+    assert t.display.stream.getvalue().endswith("100% 16.4k/16.4k steps  return -\n")  # the bar shows it, ended
     assert t.last[status.METRIC_EVAL_RETURN] == -900.0
     old = tracker(**{status.METRIC_ENV_STEPS: 0.0})
     os.utime(tmp_path / rundir.SUMMARY_FILE, (since - 60, since - 60))
