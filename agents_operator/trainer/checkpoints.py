@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agents_operator.trainer import rundir
+
 if TYPE_CHECKING:
     from agents_operator.trainer.learner import Learner, LearnerState
 
@@ -33,7 +35,7 @@ _MODEL = "model"
 
 
 def directory(logdir: Path) -> Path:
-    return Path(logdir) / "checkpoints"
+    return Path(logdir) / rundir.CHECKPOINTS
 
 
 def list_checkpoints(logdir: Path) -> list[Path]:
