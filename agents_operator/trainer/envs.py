@@ -290,6 +290,12 @@ class BatchEnv(BatchChecks):
 
         return rollouts.Rollout.concatenate(self._round_trip(message))
 
+    def kill(self) -> None:
+        """Kill the worker processes at once; safe from another thread. A call in progress then fails with
+        `EnvProcessError` within a poll interval, and the batch is unusable: `close` it."""
+        for worker in self._workers:
+            worker.process.kill()
+
     def close(self) -> None:
         """Stop the workers: ask them to exit, kill those that have not after a short grace period."""
         self._failure = "it is closed"

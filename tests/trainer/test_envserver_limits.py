@@ -143,6 +143,26 @@ def test_a_deadline_stops_an_evaluation_and_frees_the_environments(caplog: pytes
     assert "Evaluate stopped: its call ended" in caplog.text and "failed" not in caplog.text  # no traceback
 
 
+def test_a_deadline_stops_a_rollout_and_the_next_reset_makes_fresh_environments(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, server.__name__)
+    steps = 2_000_000  # Pendulum acting in the worker: many seconds of rollout
+    with serving("Pendulum-v1", 1, limits=Limits(max_rollout_steps=steps)) as address:
+        raw = Raw(address)
+        session = raw.call("Reset", {})["session"]
+        collect = {**evaluation(1), "session": session, "noise": np.zeros((steps, 1, 1), np.float32)}
+        with pytest.raises(grpc.RpcError) as expired:
+            raw.call("Collect", collect, timeout=1.0)
+        assert expired.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        started = time.monotonic()
+        session = raw.call("Reset", {"session": session}, timeout=10)["session"]
+        assert time.monotonic() - started < 3  # not after the rollout: its workers were killed
+        rollout = raw.call("Collect", {**collect, "session": session, "noise": np.zeros((3, 1, 1), np.float32)})
+        assert rollout["rewards"].shape == (3, 1)
+    assert "Collect stopped: its call ended" in caplog.text
+
+
 def test_the_health_check_answers_while_every_call_is_taken() -> None:
     with serving("Pendulum-v1", 1) as address:
         raw = Raw(address)

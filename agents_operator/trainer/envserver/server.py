@@ -21,7 +21,8 @@ Calls run one at a time under a lock. At most `CONCURRENT_CALLS` are admitted at
 busy), and the thread pool has one thread more, so the health check always finds a thread, however long a
 rollout runs. A call waiting for the lock, and an evaluation between two steps, stop as soon as the call has
 ended (its deadline passed, its client cancelled it, or the server is stopping). A Collect runs in the
-worker processes and is not interrupted: `Limits.max_rollout_steps` bounds it.
+worker processes, which cannot look at the call: when it ends, a watching thread kills them, the session
+ends and the next Reset makes a fresh batch. `Limits.max_rollout_steps` bounds a Collect as well.
 
 Evaluate plays whole episodes of the deterministic policy (`wrappers.run_episodes`) on an environment of
 its own, made in the server process on first use, so that evaluating needs no simulator in the trainer and
@@ -90,6 +91,29 @@ class _Call:
         """Raise `_Cancelled` once the call has ended (cancelled, past its deadline, or the server stopping)."""
         if self._ended.is_set() or not self._context.is_active():
             raise _Cancelled("the call ended (cancelled, past its deadline, or the server is stopping)")
+
+    @contextlib.contextmanager
+    def stopping(self, stop: Callable[[], None]) -> Iterator[None]:
+        """Run `stop` from a watching thread if the call ends while the block runs, and then turn the failure
+        it causes into `_Cancelled`: for work that cannot check between steps (a Collect, in the workers)."""
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                if self._ended.wait(_POLL_SECONDS) or not self._context.is_active():
+                    stop()
+                    return
+
+        watcher = threading.Thread(target=watch, name="env-server-call-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        except EnvProcessError:
+            self.check()
+            raise
+        finally:
+            done.set()
+            watcher.join()
 
 
 class _Watched(gymnasium.Wrapper):
@@ -263,7 +287,13 @@ class EnvService:
         env = self._current(message)
         policy, normalizer = requests.policy(message, env.observation_shape, env.action_shape)
         noise = requests.noise(message, env.num_envs, env.action_shape, self.limits)
-        return env.collect(policy, normalizer, noise).to_message()
+        try:
+            with call.stopping(env.kill):  # the rollout runs in the workers: killing them ends it
+                return env.collect(policy, normalizer, noise).to_message()
+        except _Cancelled:
+            self._session = None
+            self._discard_env()  # the next Reset makes a fresh batch
+            raise
 
     def _evaluate(self, message: dict[str, Any], call: _Call) -> dict[str, Any]:
         return self._play(self._episodes[False], message, call, None)
