@@ -50,7 +50,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from agents_operator.trainer.normalize import Normalizer
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
+    from agents_operator.trainer.ppo.policy import NumpyPolicy
     from agents_operator.trainer.rollouts import Rollout
 
 # Every environment process runs one environment at a time: threaded BLAS would only oversubscribe cores.

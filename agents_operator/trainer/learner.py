@@ -30,7 +30,8 @@ from agents_operator.trainer import distributed
 from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo import losses
-from agents_operator.trainer.ppo.networks import Networks, NumpyPolicy, mlp_tf
+from agents_operator.trainer.ppo.networks import Networks, mlp_tf
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 
 @dataclass

@@ -26,7 +26,7 @@ from agents_operator.trainer import checkpoints, distributed, rollouts, rundir
 from agents_operator.trainer.learner import Batch, Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.summaries import SummaryWriter
 from agents_operator.trainer.wrappers import LocalEpisodes, TrainingEnv

@@ -31,7 +31,7 @@ import numpy as np
 
 from agents_operator.trainer.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo import returns
-from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 if TYPE_CHECKING:
     from agents_operator.config import TrainerConfig

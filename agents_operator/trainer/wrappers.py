@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from agents_operator.trainer.envs import BatchEnv
     from agents_operator.trainer.envserver.client import RemoteBatchEnv
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
+    from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 
 class TrainingEnv:

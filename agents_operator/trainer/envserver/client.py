@@ -52,7 +52,7 @@ from agents_operator.trainer.envserver import protocol
 
 if TYPE_CHECKING:
     from agents_operator.trainer.normalize import Normalizer
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
+    from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 _LOG = logging.getLogger(__name__)
 _BACKOFF_START_SECONDS = 0.1

@@ -17,7 +17,7 @@ import numpy as np
 from agents_operator.trainer import rollouts
 from agents_operator.trainer.envserver import protocol
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 _NUMBER_KINDS = frozenset("fiu")
 
