@@ -48,7 +48,7 @@ from agents_operator.config import TrainerConfig  # noqa: E402
 from agents_operator.trainer.envs import BatchEnv  # noqa: E402
 from agents_operator.trainer.envserver.client import RemoteBatchEnv  # noqa: E402
 from agents_operator.trainer.loop import RolloutSampler, Sampler, StepSampler, train  # noqa: E402
-from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
+from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
 from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
 
 PRESETS = ("pendulum", "cheetah")  # Pendulum-v1 and HalfCheetahBulletEnv-v0

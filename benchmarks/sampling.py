@@ -42,7 +42,7 @@ from agents_operator import presets  # noqa: E402
 from agents_operator.trainer.envs import BatchEnv, StepResult, make_env, usable_cpus  # noqa: E402
 from agents_operator.trainer.learner import Learner, vector_size  # noqa: E402
 from agents_operator.trainer.loop import Sampler, StepSampler  # noqa: E402
-from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
+from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
 from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
 
 PRESETS = ("cheetah", "ant")

@@ -21,7 +21,7 @@ import pytest
 
 from agents_operator.trainer.envs import BatchEnv, EnvProcessError, make_env, usable_cpus
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -304,7 +304,7 @@ PARENT = textwrap.dedent(
     import numpy as np
     from agents_operator.trainer.envs import BatchEnv
     from agents_operator.trainer.normalize import Normalizer
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
+    from agents_operator.trainer.ppo.policy import NumpyPolicy
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
     layer = lambda m, n: (np.zeros((m, n), np.float32), np.zeros(n, np.float32))

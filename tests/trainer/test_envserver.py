@@ -22,7 +22,7 @@ from agents_operator.trainer.envs import BatchEnv
 from agents_operator.trainer.envserver import protocol, server
 from agents_operator.trainer.envserver.client import EnvServerError, EnvServerUnavailable, RemoteBatchEnv
 from agents_operator.trainer.normalize import Moments
-from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.wrappers import TrainingEnv
 
 from .cli import run
