@@ -32,23 +32,7 @@ from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo import losses
 from agents_operator.trainer.ppo.networks import Networks, mlp_tf
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-
-
-@dataclass
-class Batch:
-    """One iteration's transitions, flattened to (B, ...): what the update consumes."""
-
-    observations: np.ndarray  # normalised
-    actions: np.ndarray  # sampled, before clipping to the action bounds
-    log_probs: np.ndarray
-    means: np.ndarray  # the acting policy's Gaussian means (for the exact KL)
-    log_std: np.ndarray  # the acting policy's log-std, (act_dim,)
-    values: np.ndarray
-    advantages: np.ndarray
-    returns: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.observations)
+from agents_operator.trainer.sampling.batch import Batch
 
 
 @dataclass

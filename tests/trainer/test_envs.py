@@ -19,7 +19,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents_operator.trainer.envs import BatchEnv, EnvProcessError, make_env, usable_cpus
+from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.make import make_env, usable_cpus
+from agents_operator.trainer.envs.types import EnvProcessError
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
@@ -302,7 +304,7 @@ PARENT = textwrap.dedent(
     """
     import signal, sys, time
     import numpy as np
-    from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.envs.batch import BatchEnv
     from agents_operator.trainer.normalize import Normalizer
     from agents_operator.trainer.ppo.policy import NumpyPolicy
 

@@ -76,5 +76,3 @@ class Networks:
         """All weights in a fixed order (the order `NumpyPolicy.from_values` expects)."""
         flat = [v for layer in self.policy for v in layer] + [self.log_std]
         return flat + [v for layer in self.value for v in layer]
-
-
