@@ -47,13 +47,9 @@ from agents_operator import presets, tfconfig  # noqa: E402
 from agents_operator.config import TrainerConfig  # noqa: E402
 from agents_operator.trainer.envs.batch import BatchEnv  # noqa: E402
 from agents_operator.trainer.envs.remote import RemoteBatchEnv  # noqa: E402
+from agents_operator.trainer.loop import train  # noqa: E402
 from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
-from agents_operator.trainer.sampling.samplers import (  # noqa: E402
-    RolloutSampler,
-    Sampler,
-    StepSampler,
-    train,
-)
+from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler, StepSampler  # noqa: E402
 from agents_operator.trainer.sampling.training_env import TrainingEnv  # noqa: E402
 
 PRESETS = ("pendulum", "cheetah")  # Pendulum-v1 and HalfCheetahBulletEnv-v0
