@@ -7,12 +7,24 @@ the operator and the local launcher parse manifests with `parse_job`. Pure modul
 
 from __future__ import annotations
 
+import math
 import re
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, podsecurity, presets, tfconfig
@@ -24,12 +36,44 @@ SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
 ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
 ShortText = Annotated[str, Field(max_length=253)]
 DEFAULT_ENV_SERVER_PORT = 50051
+STORAGE_PATH = r"^(/([^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+))+$"
+"""Absolute paths of named segments: '/', '//', '/a/', '.' and '..' segments and whitespace do not match
+(a mount at '/' would hide the image; '..' would leave the volume). RE2 has no lookahead, hence the three
+spellings of a segment that is neither '.' nor '..'."""
+LabelValue = Annotated[str, Field(max_length=naming.LABEL_VALUE_MAX, pattern=naming.LABEL_VALUE)]
+QualifiedName = Annotated[str, Field(max_length=naming.QUALIFIED_NAME_MAX, pattern=naming.QUALIFIED_NAME)]
+
+
+def _nullable(annotation: Any) -> bool:
+    """Whether a field's type admits None (its CRD property is `nullable`)."""
+    if annotation is None or annotation is type(None):
+        return True
+    if typing.get_origin(annotation) is Annotated:
+        return _nullable(typing.get_args(annotation)[0])
+    is_union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return is_union and type(None) in typing.get_args(annotation)
 
 
 class CamelModel(BaseModel):
-    """Our own API objects: camelCase on the wire, unknown fields rejected."""
+    """Our own API objects: camelCase on the wire, unknown fields rejected, no infinities or NaN (JSON has
+    none, so the API server never sees one)."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_disallowed_nulls(cls, data: Any) -> Any:
+        """Drop a null where the field does not admit one, as the API server does before defaulting (a
+        structural schema prunes nulls of non-nullable fields), so the default applies here too."""
+        if not isinstance(data, dict):
+            return data
+        fields = {info.alias or name: info for name, info in cls.model_fields.items()}
+        fields.update(cls.model_fields)
+        return {
+            key: value
+            for key, value in data.items()
+            if value is not None or key not in fields or _nullable(fields[key].annotation)
+        }
 
 
 class KubeModel(BaseModel):
@@ -104,7 +148,12 @@ class Container(KubeModel):
     name: str = Field(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Container name.")
     image: str | None = Field(None, max_length=1024, description="Image; defaults to spec.image.")
     security_context: ContainerSecurityContext | None = Field(None, alias="securityContext")
-    ports: list[ContainerPort] | None = Field(None, max_length=64)
+    ports: list[ContainerPort] | None = Field(None, max_length=64, description="ContainerPort objects; ours are added.")
+    # Typed because the render edits them: a malformed one is refused here and by the API server.
+    env: list[dict[str, Any]] | None = Field(None, description="EnvVar objects; the operator adds its own.")
+    volume_mounts: list[dict[str, Any]] | None = Field(
+        None, alias="volumeMounts", description="VolumeMount objects; the run directory's is added."
+    )
 
 
 def _volume_model() -> type[BaseModel]:
@@ -124,18 +173,27 @@ class PodSpec(KubeModel):
         max_length=32,
         description="Containers of the replica. The one named 'agents' (or else the first) runs the trainer.",
     )
-    init_containers: list[Container] | None = Field(None, max_length=32, description="Init containers.")
-    volumes: list[Volume] | None = Field(None, max_length=256)  # type: ignore[valid-type]
+    init_containers: list[Container] | None = Field(
+        None, max_length=32, description="Init containers (Container objects)."
+    )
+    volumes: list[Volume] | None = Field(  # type: ignore[valid-type]
+        None, max_length=256, description="Volume objects; the run directory's is added."
+    )
     host_network: bool | None = None
     host_pid: bool | None = Field(None, alias="hostPID")
     host_ipc: bool | None = Field(None, alias="hostIPC")
     security_context: PodSecurityContext | None = None
 
 
+class TemplateMeta(KubeModel):
+    labels: dict[str, LabelValue] | None = Field(None, description="Labels of the pods (ours are added).")
+    annotations: dict[str, str] | None = Field(None, description="Annotations of the pods.")
+
+
 class PodTemplate(KubeModel):
     """A PodTemplateSpec. Every field the user sets is kept; the operator adds its own."""
 
-    metadata: dict[str, Any] | None = Field(None, description="Labels and annotations for the pods.")
+    metadata: TemplateMeta | None = Field(None, description="Labels and annotations for the pods.")
     spec: PodSpec
 
 
@@ -192,7 +250,7 @@ def _overrides_model() -> type[BaseModel]:
         fields[name] = (inner, Field(None, description=info.description))
     model = create_model(
         "TrainerSpec",
-        __config__=ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True),
+        __base__=CamelModel,
         __doc__="Trainer preset and hyperparameter overrides; unset fields keep the preset's value.",
         **fields,
     )
@@ -240,9 +298,10 @@ class ClaimVolume(CamelModel):
 class Storage(CamelModel):
     path: str = Field(
         "/var/run/agents",
-        pattern=r"^/[^\s]*$",
+        pattern=STORAGE_PATH,
         max_length=512,
-        description="Mount path inside every pod; the run directory is <path>/<job name>.",
+        description="Mount path inside every pod; the run directory is <path>/<job name>. Absolute, not '/', "
+        "no empty, '.' or '..' segment, no whitespace.",
     )
     persistent_volume_claim: ClaimVolume | None = Field(
         None, description="Keep the run directory on this claim (ReadWriteMany for several pods)."
@@ -406,11 +465,19 @@ class AgentsJobStatus(CamelModel):
 
 class ObjectMeta(KubeModel):
     name: str = Field(description="Job name; prefix of every child name.")
-    namespace: str | None = None
+    namespace: str | None = Field(None, max_length=naming.DNS_LABEL_MAX, pattern=naming.DNS_1123_LABEL)
     uid: str | None = None
     generation: int | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
+    labels: dict[QualifiedName, LabelValue] | None = None
+    annotations: dict[QualifiedName, str] | None = None
+
+    @field_validator("labels", "annotations", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        """A null entry is the empty string, as the API server decodes it into Go's map[string]string."""
+        if isinstance(value, dict):
+            return {key: "" if item is None else item for key, item in value.items()}
+        return value
 
 
 class AgentsJob(CamelModel):
@@ -484,6 +551,19 @@ def env_server_count(workers: int, servers_per_worker: int, evaluator: bool) -> 
     return workers * servers_per_worker + (1 if evaluator else 0)
 
 
+METRICS_PORT_MESSAGE = (
+    f"trainer.metricsPort must differ from the TensorFlow port {tfconfig.DEFAULT_PORT} and, with env servers, "
+    "from environments.port: the NetworkPolicy opens the metrics port to every source"
+)
+
+
+def metrics_port_free(metrics_port: int, placement: str, env_port: int) -> bool:
+    """The metrics port collides with no port of the job's pods (0 disables /metrics)."""
+    if metrics_port == 0:
+        return True
+    return metrics_port != tfconfig.DEFAULT_PORT and (placement == "colocated" or metrics_port != env_port)
+
+
 def _replica_counts(replica_specs: dict) -> tuple:
     return tuple(_get(replica_specs, t, "replicas") if t in replica_specs else 0 for t in naming.REPLICA_TYPES)
 
@@ -495,7 +575,7 @@ RULES: tuple[Rule, ...] = (
         message="metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
         "letter (it starts the name of every pod and Service of the job)",
         field="metadata.name",
-        check=lambda new, _: bool(_NAME_RE.match(str(_get(new, "metadata", "name") or ""))),
+        check=lambda new, _: bool(_NAME_RE.fullmatch(str(_get(new, "metadata", "name") or ""))),
     ),
     Rule(
         at=("metadata", "name"),
@@ -600,6 +680,21 @@ RULES: tuple[Rule, ...] = (
         message=f"environments.port must differ from the TensorFlow port {tfconfig.DEFAULT_PORT}",
         field="spec.environments.port",
         check=lambda new, _: _get(new, "spec", "environments", "port") != tfconfig.DEFAULT_PORT,
+    ),
+    Rule(
+        at=("spec",),
+        cel=f"!has(self.trainer.metricsPort) || self.trainer.metricsPort != {tfconfig.DEFAULT_PORT} && "
+        "(self.environments.placement == 'colocated' || self.trainer.metricsPort != self.environments.port)",
+        message=METRICS_PORT_MESSAGE,
+        field="spec.trainer.metricsPort",
+        check=lambda new, _: (
+            _get(new, "spec", "trainer", "metricsPort") is None
+            or metrics_port_free(
+                _get(new, "spec", "trainer", "metricsPort"),
+                _get(new, "spec", "environments", "placement") or "colocated",
+                _get(new, "spec", "environments", "port") or DEFAULT_ENV_SERVER_PORT,
+            )
+        ),
     ),
     Rule(
         at=("spec",),
@@ -713,6 +808,16 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+def _object_meta_style(loc: tuple, reason: str) -> tuple[tuple, str]:
+    """A dict's key is marked '[key]' by pydantic: say "key:" instead. The job's own labels and annotations
+    are named as the API server names them, the map with the entry's key in the reason."""
+    if loc[-1:] == ("[key]",):
+        loc, reason = loc[:-1], f"key: {reason}"
+    if len(loc) > 2 and loc[0] == "metadata" and loc[1] in ("labels", "annotations"):
+        loc, reason = loc[:2], f"{loc[2]!r}: {reason}"
+    return loc, reason
+
+
 def _pydantic_problems(err: ValidationError, prefix: str = "") -> list[Problem]:
     problems = []
     for e in err.errors():
@@ -722,6 +827,7 @@ def _pydantic_problems(err: ValidationError, prefix: str = "") -> list[Problem]:
             reason = "unknown field"
         elif e["type"] == "literal_error":
             reason = f"must be one of {e['ctx']['expected']}" if "ctx" in e else reason
+        loc, reason = _object_meta_style(loc, reason)
         path = _loc(loc)
         problems.append(Problem(f"{prefix}.{path}" if prefix and path else prefix or path, reason))
     return problems
@@ -752,17 +858,21 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
             [
                 Problem(
                     "kind" if kind != naming.KIND else "apiVersion",
-                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, got {api_version} {kind}",
+                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, got {api_version!r} {kind!r}",
                 )
             ]
         )
+    not_json = _json_problems(data)
+    if not_json:
+        raise InvalidJob(not_json)
+    data = _json_numbers(data)
     try:
-        job = AgentsJob.model_validate(data)
+        job = AgentsJob.model_validate(data, strict=True)
     except ValidationError as err:
         raise InvalidJob(_pydantic_problems(err)) from None
     problems = check_rules(data, old)
     try:
-        problems += _environment_problems(job.spec.environments, job.trainer_config())
+        problems += _environment_problems(job, job.trainer_config())
     except KeyError as err:
         problems.append(Problem("spec.trainer.preset", str(err.args[0])))
     except ValidationError as err:
@@ -772,21 +882,46 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
     return job
 
 
-def _environment_problems(environments: Environments, config: TrainerConfig) -> list[Problem]:
+def _json_problems(value: Any, loc: tuple = ()) -> list[Problem]:
+    """Values YAML can write but JSON cannot carry (.inf, .nan, !!binary, !!set), anywhere in the manifest,
+    pod templates included: kubectl cannot send them, so no API server ever accepts them."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [Problem(_loc(loc), "not a finite number: JSON has no inf or NaN")]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _json_problems(item, (*loc, key))]
+    if isinstance(value, list):
+        return [p for index, item in enumerate(value) for p in _json_problems(item, (*loc, index))]
+    if isinstance(value, (bytes, set)):
+        return [Problem(_loc(loc), f"YAML's {type(value).__name__} has no JSON form")]
+    return []
+
+
+def _json_numbers(value: Any) -> Any:
+    """`value` with every integral float as an int: JSON has one number type, and the API server reads
+    `replicas: 2.0` as the integer 2, so validate does too (types stay strict otherwise)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _json_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(item) for item in value]
+    return value
+
+
+def _environment_problems(job: AgentsJob, config: TrainerConfig) -> list[Problem]:
     """Rules between spec.environments and the resolved trainer config (the CRD cannot see presets)."""
+    environments = job.spec.environments
     problems = []
+    # An explicit metricsPort is judged by its RULE (and the CRD); a preset's is judged here.
+    preset_port = "metrics_port" not in job.spec.trainer.model_fields_set
+    if preset_port and not metrics_port_free(config.metrics_port, environments.placement, environments.port):
+        reason = f"the preset's {config.metrics_port}: {METRICS_PORT_MESSAGE}"
+        problems.append(Problem("spec.trainer.metricsPort", reason))
     if environments.servers_per_worker > config.envs_per_worker:
         problems.append(
             Problem(
                 "spec.environments.serversPerWorker",
                 f"{environments.servers_per_worker} servers cannot split envsPerWorker {config.envs_per_worker}",
-            )
-        )
-    if environments.placement == "sidecar" and environments.port == config.metrics_port:
-        problems.append(
-            Problem(
-                "spec.environments.port",
-                f"{environments.port} is the trainer's metricsPort, which shares the sidecar's pod network",
             )
         )
     return problems

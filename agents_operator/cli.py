@@ -79,6 +79,7 @@ def _local(args: argparse.Namespace) -> int:
     logdir = (Path(args.logdir) if args.logdir else Path("runs") / job.name).resolve()
     try:
         local.prepare_logdir(logdir)
+        local.check_resume(job, logdir, video=not args.no_video)
         if not args.share_network:
             sandbox.isolate_network()
     except local.LaunchError as err:
@@ -96,7 +97,7 @@ def _local(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # kopf, the Kubernetes client and aiohttp are imported here only: `agents-operator --help` stays fast.
-    from agents_operator import operator_main
+    from agents_operator import kube, operator_main
 
     options = operator_main.OperatorOptions(
         namespaces=args.namespace or [],
@@ -117,7 +118,11 @@ def _run(args: argparse.Namespace) -> int:
         watch_timeout=args.watch_timeout,
         request_timeout=args.request_timeout,
     )
-    return operator_main.run(options)
+    try:
+        return operator_main.run(options)
+    except kube.NoCluster as err:
+        print(f"agents-operator run: error: {err}", file=sys.stderr)
+        return 2
 
 
 def _labels(text: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 Layers = Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1, max_length=8)]
@@ -133,6 +133,7 @@ class TrainerConfig(BaseModel):
         9090, ge=0, le=65535, description="Port of the chief's Prometheus /metrics endpoint; 0 disables it."
     )
     threads: int = Field(1, ge=1, le=256, description="TensorFlow intra- and inter-op threads per process.")
+    # Settings above that may differ when a run is resumed are in CHANGEABLE_ON_RESUME, below the class.
 
     @model_validator(mode="after")
     def _minibatches_divide_batch(self) -> TrainerConfig:
@@ -156,3 +157,33 @@ class TrainerConfig(BaseModel):
     def updates(self, workers: int = 1) -> int:
         """Number of updates each worker runs so that all workers together reach total_steps."""
         return max(1, -(-self.total_steps // (self.batch_size * workers)))
+
+
+CHANGEABLE_ON_RESUME = frozenset(
+    {
+        "total_steps",
+        "checkpoint_every",
+        "eval_every",
+        "eval_episodes",
+        "video_episodes",
+        "metrics_port",
+        "threads",
+    }
+)
+"""Fields of `TrainerConfig` that a resumed run may be given with another value than its saved config's:
+they decide how long it trains and what it reports (evaluations, video, metrics, checkpoints) or how fast,
+not what an update does with the same data. Every other field changes learning, and `--resume` refuses it."""
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic error as one line: 'learning_rate: Input should be greater than 0 (got -1)'."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown setting"
+        elif where:
+            message += f" (got {e['input']!r})"
+        parts.append(f"{where}: {message}" if where else message)
+    return "invalid config: " + "; ".join(parts)

@@ -25,6 +25,7 @@ from typing import Any
 
 import kubernetes.client
 import kubernetes.config
+import yaml
 
 from agents_operator import naming, reconcile, status
 
@@ -92,6 +93,15 @@ class Outcome:
     """Creates the API server refused (`REFUSED`); the other creates of the plan were still attempted."""
 
 
+class NoCluster(Exception):
+    """There is no cluster to talk to: not in a pod, and no usable kubeconfig; the message says which."""
+
+
+IN_CLUSTER_HINT = (
+    "not in a pod (no service account) and no kubeconfig (~/.kube/config, $KUBECONFIG or --kubeconfig FILE)"
+)
+
+
 class Kube:
     """A connection to one cluster."""
 
@@ -109,13 +119,8 @@ class Kube:
         config = kubernetes.client.Configuration()
         if host:
             config.host = host.rstrip("/")
-        elif kubeconfig or context:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
         else:
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=config)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=config)
+            _load_config(config, kubeconfig, context)
         # A connection for every thread that may use one at once: a smaller pool discards connections under
         # load ("Connection pool is full"), and each discarded one is a new TLS handshake later.
         config.connection_pool_maxsize = POOL_THREADS + CALLER_THREADS
@@ -346,6 +351,26 @@ class Kube:
 
 EVENT_NAMES_LENGTH = 900
 """How much of an Event's message (at most 1024 characters) its lists of children may take."""
+
+
+def _load_config(config: kubernetes.client.Configuration, kubeconfig: str | None, context: str | None) -> None:
+    """Fill `config` from the kubeconfig when one is named, else in-cluster, else ~/.kube/config; NoCluster
+    when none of them is usable."""
+    try:
+        if kubeconfig or context:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
+            return
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=config)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=config)
+    except kubernetes.config.ConfigException as error:
+        named = f"kubeconfig {kubeconfig or '(default)'}" + (f", context {context}" if context else "")
+        raise NoCluster(f"{named}: {error}" if kubeconfig or context else f"no cluster: {IN_CLUSTER_HINT}") from None
+    except OSError as error:  # a named kubeconfig that is missing or unreadable
+        raise NoCluster(f"kubeconfig {kubeconfig}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise NoCluster(f"kubeconfig {kubeconfig or '(default)'}: not YAML: {str(error).splitlines()[0]}") from None
 
 
 def _listing(names: dict[str, list[str]]) -> str:

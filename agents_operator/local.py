@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import naming, policy, render, sandbox, scrape, status, tfconfig
+from agents_operator import localreport, naming, policy, render, sandbox, scrape, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.trainer import rundir
-from agents_operator.trainer.progress import Progress
 
 POLL_SECONDS = 0.5
 METRICS_SECONDS = 2.0
@@ -140,7 +139,7 @@ def plan(
     for replica_type, index in render.replicas(job):
         pod = render.pod(job, replica_type, index, options)
         own = dict(addresses)
-        log = logdir / "logs" / naming.child_name(job.name, replica_type, index)
+        log = logdir / rundir.LOGS / naming.child_name(job.name, replica_type, index)
         for sidecar in _sidecars(pod):
             name = f"{replica_type}-{index}/{sidecar['name']}"
             port = ports.get(name) or free_port()
@@ -169,6 +168,35 @@ def plan(
     return replicas
 
 
+def local_settings(metrics_port: int, video: bool) -> dict[str, int]:
+    """Trainer settings the launcher adds to the rendered `train` commands (`--set`)."""
+    settings = {"metrics_port": metrics_port} if metrics_port else {}
+    if not video:
+        settings["video_episodes"] = 0
+    return settings
+
+
+def check_resume(job: AgentsJob, logdir: Path, video: bool = True) -> None:
+    """LaunchError naming the settings that differ when `logdir` holds a run that `job` may not resume.
+
+    Checked before any replica starts: otherwise each one fails alone with the same error, and the first to
+    fail (the ps, started first) is restarted by its policy before a worker's failure ends the job.
+    """
+    try:
+        saved = rundir.load_config(logdir)
+    except rundir.UnreadableConfig as error:
+        raise LaunchError(f"run directory {logdir}: {error}") from None
+    if saved is None:
+        return
+    try:
+        rundir.check_resume(saved, job.trainer_config().model_copy(update=local_settings(0, video)))
+    except rundir.ConfigConflict as conflict:
+        raise LaunchError(
+            f"run directory {logdir} holds a run with other settings: {'; '.join(conflict.conflicts)}; "
+            "set them back in the job, or pick another --logdir"
+        ) from None
+
+
 def _process(
     container: dict, logdir: Path, addresses: dict[str, str], port: int | None, metrics_port: int, video: bool
 ) -> tuple[list[str], dict[str, str]]:
@@ -193,50 +221,9 @@ def _process(
         # The same program as in the pod, from this interpreter's environment.
         command = [sys.executable, "-m", "agents_operator"]
         if "train" in args:
-            local_settings = [f"metrics_port={metrics_port}"] if metrics_port else []
-            local_settings += [] if video else ["video_episodes=0"]
-            args = [*args[:-1], *(a for s in local_settings for a in ("--set", s)), args[-1]]
+            settings = [f"{key}={value}" for key, value in local_settings(metrics_port, video).items()]
+            args = [*args[:-1], *(a for s in settings for a in ("--set", s)), args[-1]]
     return [*command, *args], env
-
-
-class Tracker:
-    """Job-wide progress from the chief's metrics; steps per second are measured here, over the whole run."""
-
-    def __init__(self, total_steps: int, out: TextIO):
-        self.display = Progress(total_steps, out)
-        self.last: dict[str, float] = {}
-        self._first: tuple[float, float] | None = None
-        self.rate = 0.0
-
-    def update(self, metrics: dict[str, float] | None) -> None:
-        if not metrics:
-            return
-        now, steps = time.monotonic(), metrics.get(status.METRIC_ENV_STEPS, 0.0)
-        if self.last and steps == self.last.get(status.METRIC_ENV_STEPS):
-            return  # nothing new: the chief is between iterations, or done
-        if self._first is None:
-            self._first = (now, steps)
-        elif now > self._first[0]:
-            self.rate = (steps - self._first[1]) / (now - self._first[0])
-        self.last = metrics
-        self.display.update(int(steps), metrics.get(status.METRIC_MEAN_RETURN), self.rate)
-
-    def finish(self) -> None:
-        self.display.close()
-
-    def summary(self) -> str:
-        if not self.last:
-            return "no progress was reported (the chief's /metrics never answered)"
-        parts = [f"{int(self.last.get(status.METRIC_ENV_STEPS, 0))} env steps"]
-        if status.METRIC_GLOBAL_STEP in self.last:
-            parts.append(f"global step {int(self.last[status.METRIC_GLOBAL_STEP])}")
-        if status.METRIC_MEAN_RETURN in self.last:
-            parts.append(f"mean return {self.last[status.METRIC_MEAN_RETURN]:.1f}")
-        if status.METRIC_EVAL_RETURN in self.last:
-            parts.append(f"eval return {self.last[status.METRIC_EVAL_RETURN]:.1f}")
-        if self.rate:
-            parts.append(f"{self.rate:.0f} env steps/s")
-        return ", ".join(parts)
 
 
 def _kill_leftovers(replica: Replica) -> None:
@@ -262,7 +249,11 @@ class Launcher:
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.restarts = 0
         self.started = time.monotonic()
-        self.tracker = Tracker(job.trainer_config().total_steps, out)
+        self.since = time.time()
+        """Wall time of the start: files older than this in the run directory are a previous run's."""
+        self.failed: Replica | None = None
+        """The replica whose failure ended the job, if one did."""
+        self.tracker = localreport.Tracker(job.trainer_config().total_steps, out)
 
     # --- processes ---------------------------------------------------------------------------------------
 
@@ -273,7 +264,7 @@ class Launcher:
             replica.log_file = replica.log_path.open("a", buffering=1)
         replica.attempts += 1
         replica.exit_code = None
-        replica.log_file.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} start, attempt {replica.attempts} ---\n")
+        replica.log_file.write(localreport.attempt_line(replica.attempts) + "\n")
         replica.process = subprocess.Popen(
             replica.argv,
             env={**os.environ, **replica.env},
@@ -311,7 +302,7 @@ class Launcher:
 
     def run(self) -> policy.Outcome:
         """Run the job to its end; the outcome says whether it succeeded and why not."""
-        self.started = time.monotonic()
+        self.started, self.since = time.monotonic(), time.time()
         for replica in self.replicas:
             self._start(replica)
         last_metrics = 0.0
@@ -327,42 +318,30 @@ class Launcher:
         finally:
             self.tracker.update(scrape.scrape(self.metrics_url))
             self.stop_all()
-            self.tracker.finish()
+            self.tracker.finish(self.logdir, self.since)
 
     def _step(self) -> policy.Outcome | None:
-        for replica in self.replicas:
-            if replica.process is None or replica.exit_code is not None:
-                continue
-            code = replica.process.poll()
-            if code is None:
-                continue
-            replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
-            _kill_leftovers(replica)
-            print(f"{replica.name} exited with code {replica.exit_code}", file=self.out)
-            if replica.sidecar is not None:
-                # As the kubelet does with a native sidecar: restarted, not counted against backoffLimit.
-                print(f"restarting {replica.name}", file=self.out)
-                self._start(replica)
-                continue
-            if replica.exit_code == 0:
-                continue
-            if not policy.should_restart(replica.restart_policy, replica.exit_code):
-                return policy.Outcome(
-                    False,
+        exited = [replica for replica in self.replicas if self._reap(replica)]
+        # A permanent failure ends the job before anything that exited with it is restarted.
+        for replica in exited:
+            if (
+                replica.sidecar is None
+                and replica.exit_code
+                and not policy.should_restart(replica.restart_policy, replica.exit_code)
+            ):
+                return self._fail(
+                    replica,
                     "Failed",
-                    f"{replica.name} failed with exit code {replica.exit_code} "
-                    f"(restartPolicy {replica.restart_policy})",
+                    f"failed with exit code {replica.exit_code} (restartPolicy {replica.restart_policy})",
                 )
-            if self.restarts >= self.job.spec.run_policy.backoff_limit:
-                return policy.Outcome(
-                    False,
-                    "BackoffLimitExceeded",
-                    f"{replica.name} failed again after {self.restarts} restarts "
-                    f"(backoffLimit {self.job.spec.run_policy.backoff_limit})",
-                )
-            self.restarts += 1
-            print(f"restarting {replica.name} (restart {self.restarts})", file=self.out)
-            self._start(replica)
+        for replica in exited:
+            if replica.sidecar is None and replica.exit_code == 0:
+                continue
+            if replica.sidecar is None and self.restarts >= self.job.spec.run_policy.backoff_limit:
+                what = f"failed again after {self.restarts} restarts"
+                limit = self.job.spec.run_policy.backoff_limit
+                return self._fail(replica, "BackoffLimitExceeded", f"{what} (backoffLimit {limit})")
+            self._restart(replica)
         workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER and r.sidecar is None}
         if policy.succeeded(self.job.spec.success_policy, workers):
             return policy.Outcome(True, "Succeeded", "the job's workers finished")
@@ -371,10 +350,37 @@ class Launcher:
             return policy.Outcome(False, "DeadlineExceeded", f"the job ran longer than {deadline} s")
         return None
 
+    def _fail(self, replica: Replica, reason: str, what: str) -> policy.Outcome:
+        self.failed = replica
+        return policy.Outcome(False, reason, f"{replica.name} {what}")
+
+    def _restart(self, replica: Replica) -> None:
+        if replica.sidecar is not None:
+            # As the kubelet does with a native sidecar: restarted, not counted against backoffLimit.
+            self.tracker.say(f"restarting {replica.name}")
+        else:
+            self.restarts += 1
+            self.tracker.say(f"restarting {replica.name} (restart {self.restarts})")
+        self._start(replica)
+
+    def _reap(self, replica: Replica) -> bool:
+        """Whether `replica` has just exited; if so its exit code is recorded and said, and its leftovers killed."""
+        if replica.process is None or replica.exit_code is not None:
+            return False
+        code = replica.process.poll()
+        if code is None:
+            return False
+        replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
+        _kill_leftovers(replica)
+        self.tracker.say(f"{replica.name} exited with code {replica.exit_code}")
+        return True
+
 
 def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sys.stderr) -> int:
-    """Run `job` here; 0 only when it succeeded. LaunchError when its run directory is unusable."""
+    """Run `job` here; 0 only when it succeeded. LaunchError when its run directory is unusable, or holds a
+    run that `job` may not resume."""
     prepare_logdir(logdir)
+    check_resume(job, logdir, video)
     launcher = Launcher(job, logdir, out, video=video)
     counts = job.spec.replica_specs.counts()
     placement = job.spec.environments.placement
@@ -399,13 +405,28 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
         outcome = policy.Outcome(False, "Interrupted", "stopped by the user; every replica was stopped")
     finally:
         signal.signal(signal.SIGTERM, previous)
-    made = logdir / rundir.VIDEO if outcome.succeeded and (logdir / rundir.VIDEO).exists() else None
-    summary = launcher.tracker.summary()
-    print(f"{outcome.reason}: {outcome.message}", file=out)
-    print(f"  {summary}", file=out)
-    print(f"  run directory: {logdir}  (logs in {logdir / 'logs'})", file=out)
-    if made:
-        print(f"  video: {made}", file=out)
+    for line in _closing_lines(launcher, outcome):
+        print(line, file=out)
     if interrupted:
         return 130
     return 0 if outcome.succeeded else 1
+
+
+def _closing_lines(launcher: Launcher, outcome: policy.Outcome) -> list[str]:
+    """The console's last words on a job: how it ended, why (the failed replica's own error line), what it
+    reached, and where its files are."""
+    logdir = launcher.logdir
+    lines = [f"{outcome.reason}: {outcome.message}"]
+    error = localreport.read_last_error(launcher.failed.log_path) if launcher.failed else None
+    if error:
+        lines.append(f"  {launcher.failed.name}: {error}")
+    summary = launcher.tracker.summary()
+    if summary:
+        lines.append(f"  {summary}")
+    elif not error:  # a failure that says why needs no guess at it
+        lines.append("  no progress was reported (the chief's /metrics never answered)")
+    lines.append(f"  run directory: {logdir}  (logs in {logdir / rundir.LOGS})")
+    video = logdir / rundir.VIDEO
+    if outcome.succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
+        lines.append(f"  video: {video}")
+    return lines

@@ -49,6 +49,18 @@ DNS_LABEL_MAX = 63
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """Service names must be DNS-1035 labels, so job names must be too (they start every child name)."""
 
+DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""Namespace names."""
+
+LABEL_VALUE_MAX = 63
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+"""A Kubernetes label value: empty, or alphanumerics with '-', '_', '.' inside."""
+
+_DNS_SUBDOMAIN_PREFIX = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+QUALIFIED_NAME = rf"^{_DNS_SUBDOMAIN_PREFIX}[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+"""A label or annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
+QUALIFIED_NAME_MAX = 253 + 1 + 63
+
 TENSORBOARD_SUFFIX = "-tensorboard"
 NETWORK_POLICY_SUFFIX = "-replicas"
 

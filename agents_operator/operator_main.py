@@ -270,7 +270,9 @@ def settle_heap() -> None:
 
 
 def run(options: OperatorOptions) -> int:
-    """`agents-operator run`: blocks until SIGINT/SIGTERM."""
+    """`agents-operator run`: blocks until SIGINT/SIGTERM; kube.NoCluster, before anything is set up (logging
+    included), when there is no cluster to talk to."""
+    kube = Kube.connect(options.kubeconfig, options.context, options.host, timeout=options.request_timeout)
     kopf.configure(
         verbose=options.verbose,
         log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.PLAIN,
@@ -278,5 +280,5 @@ def run(options: OperatorOptions) -> int:
     if not options.verbose:  # kopf says "Handler 'pod-event' succeeded." for every watch event
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settle_heap()
-    asyncio.run(serve(options))
+    asyncio.run(serve(options, kube))
     return 0

@@ -52,6 +52,15 @@ def _addresses(job: str, replica_type: str, count: int, namespace: str, port: in
     return tuple(host(job, replica_type, i, namespace, port) for i in range(count))
 
 
+def _dumps(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=16)
+def _cluster_json(cluster: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    return _dumps({t: list(a) for t, a in cluster})
+
+
 @dataclass(frozen=True)
 class TFConfig:
     """A parsed TF_CONFIG: the cluster and this process's task in it."""
@@ -102,7 +111,14 @@ class TFConfig:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """Compact JSON, keys sorted. The cluster, the same in every pod of a job (70 to 80 KB for 999 ps + 999
+        workers), is encoded once per cluster and spliced in: encoding it once per pod was half the time of
+        rendering such a job. The text is the same as `_dumps(self.to_dict())`."""
+        if self.extra:
+            return _dumps(self.to_dict())
+        cluster = _cluster_json(tuple(sorted((t, tuple(a)) for t, a in self.cluster.items())))
+        task = _dumps({"type": self.task_type, "index": self.task_index})
+        return f'{{"cluster":{cluster},"environment":{_dumps(self.environment)},"task":{task}}}'
 
     def with_addresses(self, addresses: Mapping[str, str]) -> TFConfig:
         """The same config with some addresses replaced (the local launcher maps hosts to localhost ports)."""

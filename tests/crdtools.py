@@ -11,9 +11,12 @@ from agents_operator import api, crd
 
 
 def apply_defaults(schema: dict, obj):
-    """Fill schema defaults the way the API server does (objects recursively, list items too)."""
+    """Fill schema defaults the way the API server does (objects recursively, list items too), after pruning
+    the nulls of fields that are not `nullable`, as it does too."""
     if isinstance(obj, dict) and "properties" in schema:
         for name, prop in schema["properties"].items():
+            if name in obj and obj[name] is None and not prop.get("nullable"):
+                del obj[name]
             if name not in obj and "default" in prop:
                 obj[name] = copy.deepcopy(prop["default"])
             if name in obj:

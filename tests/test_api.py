@@ -80,6 +80,8 @@ class Bad:
     """Why the API server cannot judge it (it accepts the manifest); empty: it refuses it too (tests/e2e)."""
     unknown_resource: bool = False
     """The manifest names a kind or version the API server does not serve: refused before any field is read."""
+    not_json: bool = False
+    """YAML can say it (.inf, .nan) but JSON cannot: it never reaches the API server."""
 
 
 WORKER_POD = "spec.replicaSpecs.worker.template.spec"
@@ -154,8 +156,15 @@ ESCALATIONS = [
 ]
 """What a Restricted job's templates may not say (each is accepted with spec.podSecurity Privileged)."""
 
+
+def _template(container: dict | None = None, **pod) -> dict:
+    """A worker pod template whose trainer container (or pod spec) carries the given fields."""
+    return {"spec": {"containers": [{"name": "agents", **(container or {})}], **pod}}
+
+
+WORKER_TEMPLATE = "spec.replicaSpecs.worker.template"
+CONTAINER = f"{WORKER_TEMPLATE}.spec.containers[0]"
 PRESET = "the CRD cannot see presets (they live in the trainer image): the resolved trainer config is checked here"
-NULL = "the API server drops a null that the schema does not allow, so the preset's value applies"
 BAD = [
     Bad("spec.replicaSpecs.worker.replicas", 0, "spec.replicaSpecs.worker.replicas", "Input should be greater than"),
     Bad("spec.replicaSpecs.worker.replicas", -3, "spec.replicaSpecs.worker.replicas", "Input should be greater than"),
@@ -197,7 +206,6 @@ BAD = [
     Bad("spec.trainer.preset", "walrus", "spec.trainer.preset", "unknown preset 'walrus'", only_validate=PRESET),
     Bad("spec.trainer.learningRate", "fast", "spec.trainer.learningRate", "Input should be a valid number"),
     Bad("spec.trainer.epochs", 2.5, "spec.trainer.epochs", "Input should be a valid integer"),
-    Bad("spec.trainer.epochs", None, "spec.trainer.epochs", "Input should be a valid integer", only_validate=NULL),
     Bad("spec.trainer.discount", 1.5, "spec.trainer.discount", "Input should be less than or equal to 1"),
     Bad("spec.trainer.mode", "eventually", "spec.trainer.mode", "must be one of"),
     Bad("spec.trainer.minibatches", 7, "spec.trainer", "minibatches (7) must divide", only_validate=PRESET),
@@ -219,8 +227,8 @@ BAD = [
     Bad(
         "spec.environments",
         {"placement": "sidecar", "port": 9090},
-        "spec.environments.port",
-        "9090 is the trainer's",
+        "spec.trainer.metricsPort",
+        "the preset's 9090: trainer.metricsPort must differ",
         only_validate=PRESET,
     ),
     Bad(
@@ -258,6 +266,86 @@ BAD = [
     ),
     Bad("spec.podSecurity", "Baseline", "spec.podSecurity", "must be one of"),
     Bad("spec", _DELETE, "spec", "Field required"),
+    # Hostile input: wrong types, non-finite numbers, names and paths that would break a child object.
+    Bad("spec.trainer.learningRate", float("inf"), "spec.trainer.learningRate", "finite number", not_json=True),
+    Bad("spec.trainer.discount", float("nan"), "spec.trainer.discount", "finite number", not_json=True),
+    Bad(
+        WORKER_TEMPLATE,
+        _template({"resources": {"limits": {"cpu": float("inf")}}}),
+        f"{CONTAINER}.resources.limits.cpu",
+        "not a finite number",
+        not_json=True,
+    ),
+    Bad(WORKER_TEMPLATE, _template({"args": [b"\x00"]}), f"{CONTAINER}.args[0]", "bytes has no JSON", not_json=True),
+    Bad("metadata.labels", {"bad key!": "x"}, "metadata.labels", "'bad key!': key: String should match pattern"),
+    Bad("metadata.labels", {"team": "a b"}, "metadata.labels", "'team': String should match pattern"),
+    Bad("metadata.annotations", {"a/b/c": "x"}, "metadata.annotations", "'a/b/c': key: String should match pattern"),
+    Bad("spec.trainer.epochs", True, "spec.trainer.epochs", "Input should be a valid integer"),
+    Bad("spec.trainer.epochs", "3", "spec.trainer.epochs", "Input should be a valid integer"),
+    Bad("spec.trainer.learningRate", "1e-3", "spec.trainer.learningRate", "Input should be a valid number"),
+    Bad("spec.trainer.policyLayers", "64,64", "spec.trainer.policyLayers", "Input should be a valid list"),
+    Bad("spec.trainer", "pendulum", "spec.trainer", "Input should be a valid dictionary"),
+    Bad("spec.runPolicy.suspend", "yes", "spec.runPolicy.suspend", "Input should be a valid boolean"),
+    Bad("spec.runPolicy.backoffLimit", 2**70, "spec.runPolicy.backoffLimit", "Input should be less than"),
+    Bad("spec.replicaSpecs", [], "spec.replicaSpecs", "Input should be a valid dictionary"),
+    Bad("spec.replicaSpecs.worker.replicas", "2", "spec.replicaSpecs.worker.replicas", "valid integer"),
+    Bad("metadata.name", "demo\n", "metadata.name", "metadata.name must be a DNS-1035 label"),
+    Bad("metadata.name", "demo-", "metadata.name", "metadata.name must be a DNS-1035 label"),
+    Bad("spec.storage.path", "/", "spec.storage.path", "String should match pattern"),
+    Bad("spec.storage.path", "/runs/../etc", "spec.storage.path", "String should match pattern"),
+    Bad("spec.storage.path", "/runs//x", "spec.storage.path", "String should match pattern"),
+    Bad("spec.storage.path", "/my runs", "spec.storage.path", "String should match pattern"),
+    Bad("spec.storage.path", "/" + "a" * 600, "spec.storage.path", "at most 512 characters"),
+    Bad(
+        "spec.storage.persistentVolumeClaim",
+        {"claimName": 3},
+        "spec.storage.persistentVolumeClaim.claimName",
+        "valid string",
+    ),
+    Bad(WORKER_TEMPLATE, _template({"ports": "not-a-list"}), f"{CONTAINER}.ports", "Input should be a valid list"),
+    Bad(WORKER_TEMPLATE, _template({"env": "A=1"}), f"{CONTAINER}.env", "Input should be a valid list"),
+    Bad(WORKER_TEMPLATE, _template({"env": ["A=1"]}), f"{CONTAINER}.env[0]", "valid dictionary"),
+    Bad(WORKER_TEMPLATE, _template({"volumeMounts": 5}), f"{CONTAINER}.volumeMounts", "Input should be a valid list"),
+    Bad(WORKER_TEMPLATE, _template({"image": 5}), f"{CONTAINER}.image", "Input should be a valid string"),
+    Bad(
+        WORKER_TEMPLATE,
+        {"spec": {"containers": [{"name": "Agents"}]}},
+        f"{CONTAINER}.name",
+        "String should match pattern",
+    ),
+    Bad(WORKER_TEMPLATE, _template(volumes="x"), f"{WORKER_TEMPLATE}.spec.volumes", "Input should be a valid list"),
+    Bad(WORKER_TEMPLATE, _template(initContainers={}), f"{WORKER_TEMPLATE}.spec.initContainers", "valid list"),
+    Bad(WORKER_TEMPLATE, {"metadata": "x", **_template()}, f"{WORKER_TEMPLATE}.metadata", "valid dictionary"),
+    Bad(
+        WORKER_TEMPLATE,
+        {"metadata": {"labels": {"team": "a b"}}, **_template()},
+        f"{WORKER_TEMPLATE}.metadata.labels.team",
+        "String should match pattern",
+    ),
+    Bad(
+        WORKER_TEMPLATE,
+        {"metadata": {"labels": {"team": "x" * 64}}, **_template()},
+        f"{WORKER_TEMPLATE}.metadata.labels.team",
+        "at most 63 characters",
+    ),
+    Bad(
+        WORKER_TEMPLATE,
+        {"metadata": {"annotations": {"note": 1}}, **_template()},
+        f"{WORKER_TEMPLATE}.metadata.annotations.note",
+        "Input should be a valid string",
+    ),
+    Bad("spec.trainer", {"preset": "pendulum", "metricsPort": 2222}, "spec.trainer.metricsPort", "must differ"),
+    Bad(
+        "spec",
+        {
+            "trainer": {"preset": "pendulum", "metricsPort": 7000},
+            "replicaSpecs": {"ps": {"replicas": 1}, "worker": {"replicas": 2}},
+            "environments": {"placement": "remote", "port": 7000},
+        },
+        "spec.trainer.metricsPort",
+        "from environments.port",
+    ),
+    Bad("spec.environments.port", 65536, "spec.environments.port", "Input should be less than or equal to 65535"),
     Bad("kind", "TFJob", "kind", "expected apiVersion agents.dev/v1alpha1 and kind AgentsJob", unknown_resource=True),
     Bad("apiVersion", "agents.dev/v1", "apiVersion", "expected apiVersion agents.dev/v1alpha1", unknown_resource=True),
 ]
@@ -303,6 +391,51 @@ def test_every_problem_is_reported_at_once():
     data["spec"]["replicaSpecs"].pop("ps")
     found = problems(data)
     assert len(found) == 4, found  # two name rules, ps required, preset
+
+
+def test_a_null_the_schema_does_not_allow_is_dropped_as_the_api_server_does():
+    job = parse_job(manifest(trainer={"preset": "hopper", "epochs": None}, runPolicy=None))
+    assert job.trainer_config().epochs == presets.load("hopper")["epochs"]
+    assert job.spec.run_policy.backoff_limit == 3
+
+
+INTEGRAL_FLOATS = manifest(
+    trainer={"preset": "pendulum", "epochs": 3.0},
+    replicaSpecs={"ps": {"replicas": 1.0}, "worker": {"replicas": 2.0}},
+)
+"""Accepted by the API server: JSON has one number type (tests/e2e sends it too)."""
+
+
+def test_an_integral_float_is_the_integer_as_json_reads_it():
+    job = parse_job(copy.deepcopy(INTEGRAL_FLOATS))
+    assert job.spec.replica_specs.counts()["worker"] == 2 and job.trainer_config().epochs == 3
+
+
+def test_a_null_label_or_annotation_is_the_empty_string_as_the_api_server_decodes_it():
+    data = manifest()
+    data["metadata"].update(labels={"team": None}, annotations={"note": None})
+    job = parse_job(data)
+    assert (job.metadata.labels, job.metadata.annotations) == ({"team": ""}, {"note": ""})
+
+
+def test_the_namespace_must_be_a_dns_label():
+    data = manifest()
+    data["metadata"]["namespace"] = "Bad_NS"
+    assert any(p.startswith("metadata.namespace: String should match pattern") for p in problems(data))
+
+
+def test_job_labels_must_be_label_values():
+    data = manifest()
+    data["metadata"]["labels"] = {"team": "a b"}
+    assert any(p.startswith("metadata.labels: 'team': String should match pattern") for p in problems(data))
+
+
+def test_a_value_echoed_in_a_problem_stays_on_one_line():
+    data = _with("apiVersion", "agents.dev/v1alpha1\nkind: Pod")
+    assert problems(data) == [
+        "apiVersion: expected apiVersion agents.dev/v1alpha1 and kind AgentsJob, got 'agents.dev/v1alpha1\\nkind: Pod' "
+        "'AgentsJob'"
+    ]
 
 
 def test_not_a_mapping():
@@ -363,7 +496,17 @@ def test_mutable_fields_may_change():
 
 # The CRD's CEL rules and the Python checks are one rule each, written twice: they must agree.
 
-CASES = [manifest()] + [bad_manifest(b) for b in BAD]
+
+def schema_valid(data: dict) -> bool:
+    """Whether the schema part holds: the API server runs CEL rules only on objects that pass it."""
+    try:
+        api.AgentsJob.model_validate(data, strict=True)
+    except ValueError:
+        return False
+    return True
+
+
+CASES = [manifest()] + [bad_manifest(b) for b in BAD if not b.not_json and schema_valid(bad_manifest(b))]
 
 
 @pytest.mark.parametrize("rule", [r for r in api.RULES if not r.transition], ids=lambda r: r.cel[:50])

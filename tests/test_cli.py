@@ -26,7 +26,7 @@ def test_validate_examples(capsys):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("kind: [unclosed", ":1:16: invalid YAML: expected ',' or ']'"),
+        ("kind: [unclosed", ":2:1: invalid YAML: did not find expected ',' or ']'"),  # libyaml's words
         ("", "no YAML document found"),
         ("- a\n- b\n", "expected a mapping"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "kind: expected apiVersion agents.dev"),
@@ -103,3 +103,21 @@ def test_console_script_runs():
     out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=True)
     for command in ("crd", "validate", "render"):
         assert command in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "agents-operator run: error: no cluster: not in a pod (no service account) and no kubeconfig"),
+        (["--kubeconfig", "{tmp}/none"], "agents-operator run: error: kubeconfig {tmp}/none: "),
+        (["--kubeconfig", "{tmp}/bad"], "agents-operator run: error: kubeconfig {tmp}/bad: not YAML: "),
+    ],
+)
+def test_run_without_a_cluster_says_what_is_missing_in_one_line(capsys, monkeypatch, tmp_path, argv, expected):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "bad").write_text("clusters: [\n")
+    code, _, err = run(capsys, "run", *(a.format(tmp=tmp_path) for a in argv))
+    assert code == 2
+    assert err.startswith(expected.format(tmp=tmp_path)) and len(err.strip().splitlines()) == 1, err

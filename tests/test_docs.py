@@ -1,11 +1,13 @@
 """The documentation names only commands that exist and links only to files that exist."""
 
+import itertools
 import re
 from pathlib import Path
 
 import pytest
 
 from agents_operator import cli
+from agents_operator.trainer import rundir, summaries
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -34,3 +36,32 @@ def test_relative_links_resolve(doc):
     prose = re.sub(r"`[^`\n]*`", "", doc.read_text())
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
         assert (doc.parent / target).exists(), f"{doc.name} links to {target}"
+
+
+def _table_after(doc: str, heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table below `heading` in docs/`doc`, header and rule left out."""
+    lines = (ROOT / "docs" / doc).read_text().split(f"\n{heading}\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows[2:]]
+
+
+def _names(cell: str) -> set[str]:
+    return set(re.findall(r"`([^`]+)`", cell))
+
+
+def test_summaries_table_lists_exactly_the_tags_written():
+    documented = set().union(*(_names(row[0]) for row in _table_after("trainer.md", "## Summaries")))
+    assert documented == set(summaries.TAGS)
+
+
+def test_run_directory_table_lists_exactly_what_a_run_directory_holds():
+    documented = [name for row in _table_after("architecture.md", "## Run directory") for name in _names(row[0])]
+    assert sorted(documented) == sorted(rundir.LAYOUT)
+
+
+def test_the_trainers_run_directory_listing_names_what_the_trainer_writes():
+    block = (ROOT / "docs" / "trainer.md").read_text().split("## The run directory\n\n```\n", 1)[1].split("```")[0]
+    top = {line.split()[0].removeprefix("DIR/") for line in block.splitlines()}
+    top = {name.split("/")[0] + "/" if name.count("/") > 1 else name for name in top}
+    assert top == set(rundir.LAYOUT) - {f"{rundir.LOGS}/"}

@@ -14,6 +14,7 @@ PURE = [
     "config",
     "presets",
     "manifests",
+    "yamlload",
     "policy",
     "status",
     "reconcile",

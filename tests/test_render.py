@@ -33,6 +33,12 @@ def test_golden(path):
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_c_emitter_writes_what_the_python_one_does(path):
+    children = render.children(load(path))
+    assert manifests.dump_all(children) == manifests.dump_all(children, manifests.PureDumper)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_children_are_valid_kubernetes_objects(path):
     for obj in render.children(load(path)):
         kubernetes_validate.validate(obj, "1.37.0", strict=True)

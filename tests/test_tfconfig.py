@@ -83,3 +83,18 @@ def test_from_env():
     assert tfconfig.from_env({"TF_CONFIG": "  "}) is None
     cfg = TFConfig({"worker": ["w:1"]}, "worker", 0)
     assert tfconfig.from_env({"TF_CONFIG": cfg.to_json()}) == cfg
+
+
+@pytest.mark.parametrize(
+    ("replicas", "task", "environment"),
+    [
+        ({"ps": 1, "worker": 2}, ("worker", 1), "cloud"),
+        ({"worker": 1}, ("worker", 0), "cloud"),
+        ({"ps": 3, "worker": 5}, ("evaluator", 0), 'gökçe "quoted"'),
+        ({"ps": 999, "worker": 999}, ("ps", 998), "cloud"),
+    ],
+)
+def test_the_spliced_json_is_the_plain_encoding(replicas, task, environment):
+    base = tfconfig.build("job", "ns", replicas, *task)
+    cfg = TFConfig(base.cluster, base.task_type, base.task_index, environment)
+    assert cfg.to_json() == json.dumps(cfg.to_dict(), sort_keys=True, separators=(",", ":"))

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from agents_operator.trainer import rundir
+
 State = TypeVar("State", covariant=True)
 
 
@@ -42,7 +44,7 @@ _MODEL = "model"
 
 
 def directory(logdir: Path) -> Path:
-    return Path(logdir) / "checkpoints"
+    return Path(logdir) / rundir.CHECKPOINTS
 
 
 def list_checkpoints(logdir: Path) -> list[Path]:

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from agents_operator import naming, presets, tfconfig
-from agents_operator.config import TrainerConfig
+from agents_operator.config import TrainerConfig, describe
 from agents_operator.trainer import checkpoints, rundir
 from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
 
@@ -174,7 +174,7 @@ def run_visualize(args: argparse.Namespace) -> int:
 
 def run_plot(args: argparse.Namespace) -> int:
     for logdir in args.logdir:
-        if not any(Path(logdir).glob("events.out.tfevents.*")):
+        if not any(Path(logdir).glob(rundir.EVENTS)):
             raise UsageError(f"no summaries in {logdir}")
     _quiet_tensorflow()
     from agents_operator.trainer import plot
@@ -258,20 +258,6 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def describe(error: ValidationError) -> str:
-    """A pydantic error as one line: 'learning_rate: Input should be greater than 0 (got -1)'."""
-    parts = []
-    for e in error.errors():
-        where = ".".join(str(p) for p in e["loc"])
-        message = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            message = "unknown setting"
-        elif where:
-            message += f" (got {e['input']!r})"
-        parts.append(f"{where}: {message}" if where else message)
-    return "invalid config: " + "; ".join(parts)
-
-
 def _check_env_id(env_id: str) -> None:
     """Make the environment once here, so an unknown id is one line and not a worker's traceback."""
     import gymnasium
@@ -314,8 +300,8 @@ def _saved_config(logdir: Path) -> TrainerConfig:
 def _load_saved(logdir: Path) -> TrainerConfig | None:
     try:
         return rundir.load_config(logdir)
-    except (ValidationError, yaml.YAMLError) as error:
-        raise UsageError(f"{Path(logdir) / rundir.CONFIG_FILE} is not a valid config: {error}") from None
+    except rundir.UnreadableConfig as error:
+        raise UsageError(str(error)) from None
 
 
 def _importable(module: str) -> bool:

@@ -104,6 +104,7 @@ def train(
             learner.join(initialize)
             state = learner.state()
         _share_statistics(env, state)
+        outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
         rng = np.random.default_rng([config.seed, worker, state.iterations])
         sampler = samplers.for_placement(env, config, rng, env_servers)
         result = outputs.result
@@ -143,6 +144,9 @@ def train(
             )
         if cluster is not None:
             state = _leave_cluster(cluster, learner, logdir, outputs.progress)
+        if chief:
+            outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
+            rundir.write_summary(logdir, _summary(state, result))
         if chief and config.video_episodes:
             _final_video(config, logdir, outputs.progress, env_servers.addresses[0] if env_servers else None)
         result.env_steps, result.iterations = state.env_steps, state.iterations
@@ -182,6 +186,16 @@ def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.C
         # Each synchronous update is one iteration of every worker: all of them stop after the same one.
         return state.global_step >= config.updates(cluster.num_workers)
     return state.env_steps >= config.total_steps
+
+
+def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
+    """The chief's final record (`rundir.SUMMARY_FILE`): the job's counts, this process's last returns."""
+    summary = {"env_steps": state.env_steps, "global_step": state.global_step, "iterations": state.iterations}
+    if result.train_returns:
+        summary["mean_return"] = result.train_returns[-1][1]
+    if result.evaluations:
+        summary["eval_mean_return"] = result.evaluations[-1][1]
+    return summary
 
 
 def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:
@@ -279,9 +293,7 @@ class _Outputs:
             self.metrics.mean_return.set(mean_return)
         self.writer.scalars(state.env_steps, values)
         self.writer.flush()
-        self.metrics.global_step.set(state.global_step)
-        self.metrics.env_steps.set(state.env_steps)
-        self.metrics.iterations.set(state.iterations)
+        self.metrics.counters(state.global_step, state.env_steps, state.iterations)
         self.metrics.steps_per_second.set(self._job_rate(state.env_steps, steps / seconds))
 
     def _job_rate(self, env_steps: int, own_rate: float) -> float:

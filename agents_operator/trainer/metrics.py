@@ -30,8 +30,17 @@ class Metrics:
         self.steps_per_second = self._gauge(
             "env_steps_per_second", "Environment steps per second of the whole job, over the last iteration."
         )
-        # Not a number until measured: readers (operator, launcher) leave NaN samples out.
-        for gauge in (self.mean_return, self.eval_return, self.steps_per_second):
+        # Not a number until measured: readers (operator, launcher) leave NaN samples out. The counters too,
+        # until the chief knows the run's (a resumed run's are not 0, and a 0 would count its restored steps as
+        # made in this run).
+        for gauge in (
+            self.global_step,
+            self.env_steps,
+            self.iterations,
+            self.mean_return,
+            self.eval_return,
+            self.steps_per_second,
+        ):
             gauge.set(float("nan"))
         self._server: MetricsServer | None = None
         if port:
@@ -42,6 +51,11 @@ class Metrics:
 
     def _gauge(self, name: str, text: str) -> Gauge:
         return Gauge(f"agents_trainer_{name}", text, registry=self.registry)
+
+    def counters(self, global_step: int, env_steps: int, iterations: int) -> None:
+        self.global_step.set(global_step)
+        self.env_steps.set(env_steps)
+        self.iterations.set(iterations)
 
     def close(self) -> None:
         if self._server is not None:

@@ -42,12 +42,11 @@ class Progress:
         self._text = ""
 
     def update(self, env_steps: int, mean_return: float | None, steps_per_second: float) -> None:
-        left = max(self.total - env_steps, 0) / steps_per_second if steps_per_second > 0 else 0.0
         ret = "-" if mean_return is None else f"{mean_return:.1f}"
-        stats = (
-            f"{_count(env_steps)}/{_count(self.total)} steps  return {ret}  "
-            f"{_count(steps_per_second)} steps/s  ETA {_duration(left)}"
-        )
+        stats = f"{_count(env_steps)}/{_count(self.total)} steps  return {ret}"
+        if steps_per_second > 0:  # no speed, so no time left, before one is measured
+            left = max(self.total - env_steps, 0) / steps_per_second
+            stats += f"  {_count(steps_per_second)} steps/s  ETA {_duration(left)}"
         if self.tty:
             done = min(env_steps / self.total, 1.0)
             filled = int(done * _BAR_WIDTH)
@@ -57,6 +56,15 @@ class Progress:
         elif time.monotonic() - self._last_line >= self.interval or env_steps >= self.total:
             self._last_line = time.monotonic()
             log.info("%s", stats)
+
+    def say(self, message: str) -> None:
+        """A line on the stream itself (the launcher's events) that does not break the bar."""
+        if self.tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(f"{message}\n")
+        if self.tty and self._text:
+            self.stream.write(self._text)
+        self.stream.flush()
 
     def note(self, message: str) -> None:
         """A log line (evaluation, checkpoint) that does not break the bar."""
@@ -68,6 +76,8 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        """End the bar's line, once, so that what follows starts on a line of its own."""
         if self.tty and self._text:
             self.stream.write("\n")
             self.stream.flush()
+            self._text = ""

@@ -1,8 +1,8 @@
 """The run directory's `config.yaml`: written at the start of every run, the reference on resume.
 
 On `--resume` the saved config is the run's config. Settings given again (a preset with `--config`, or
-`--set`) must agree with it, except the few in `CHANGEABLE_ON_RESUME`, which do not change what was
-learned so far (to train a finished run for longer, raise `total_steps`).
+`--set`) must agree with it, except the few in `config.CHANGEABLE_ON_RESUME`, which do not change what an
+update learns (to train a finished run for longer, raise `total_steps`).
 """
 
 from __future__ import annotations
@@ -11,35 +11,80 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from agents_operator.config import TrainerConfig
+from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig, describe
 
 CONFIG_FILE = "config.yaml"
 VIDEO = "videos/final.gif"
 """Where the chief renders the final policy (`video_episodes`)."""
-CHANGEABLE_ON_RESUME = frozenset(
-    {"total_steps", "checkpoint_every", "eval_every", "eval_episodes", "metrics_port", "threads"}
-)
+SUMMARY_FILE = "summary.yaml"
+"""The chief's final record of a run that reached its end: the job's env steps and global step once every
+worker has left, and this process's last training and evaluation returns."""
+CHECKPOINTS = "checkpoints"
+EVENTS = "events.out.tfevents.*"
+"""TensorBoard's event files (the pattern of their names)."""
+LOGS = "logs"
+"""Replica logs, written by `agents-operator local` only."""
+LAYOUT = (CONFIG_FILE, f"{CHECKPOINTS}/", EVENTS, SUMMARY_FILE, VIDEO, f"{LOGS}/")
+"""Everything a run directory may hold; docs/architecture.md describes each (tests/test_docs.py checks)."""
 
 
 class ConfigConflict(ValueError):
-    """A resumed run was given settings that contradict its saved config."""
+    """A resumed run was given settings that contradict its saved config; `conflicts` describes each one."""
+
+    def __init__(self, conflicts: list[str]):
+        self.conflicts = conflicts
+        super().__init__(
+            f"--resume: settings differ from the run's {CONFIG_FILE}: {'; '.join(conflicts)}. "
+            f"Drop them, or start a new run in another --logdir"
+        )
+
+
+class UnreadableConfig(ValueError):
+    """The run's config.yaml is not a config (not YAML, or not valid); the message says why, in one line."""
 
 
 def load_config(logdir: Path) -> TrainerConfig | None:
+    """The run's saved config; None when there is no run; UnreadableConfig when it cannot be read."""
     path = Path(logdir) / CONFIG_FILE
     if not path.exists():
         return None
-    return TrainerConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    try:
+        return TrainerConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    except yaml.YAMLError as error:
+        raise UnreadableConfig(f"{path}: invalid config: not YAML: {str(error).splitlines()[0]}") from None
+    except ValidationError as error:
+        raise UnreadableConfig(f"{path}: {describe(error)}") from None
 
 
 def write_config(logdir: Path, config: TrainerConfig) -> None:
     logdir = Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
-    tmp = logdir / f".{CONFIG_FILE}.tmp"
+    _write_atomic(logdir / CONFIG_FILE, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
-    tmp.replace(logdir / CONFIG_FILE)
+    tmp.replace(path)
+
+
+def write_summary(logdir: Path, summary: dict[str, float]) -> None:
+    _write_atomic(Path(logdir) / SUMMARY_FILE, yaml.safe_dump(summary, sort_keys=False))
+
+
+def load_summary(logdir: Path, since: float = 0.0) -> dict[str, float] | None:
+    """The chief's final record when it was written at or after wall time `since` (an older one is a
+    previous run's), else None; a record that cannot be read counts as none."""
+    path = Path(logdir) / SUMMARY_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else None
 
 
 def check_resume(saved: TrainerConfig, requested: TrainerConfig) -> None:
@@ -50,10 +95,7 @@ def check_resume(saved: TrainerConfig, requested: TrainerConfig) -> None:
         if key not in CHANGEABLE_ON_RESUME and getattr(saved, key) != getattr(requested, key)
     ]
     if conflicts:
-        raise ConfigConflict(
-            f"--resume: settings differ from the run's {CONFIG_FILE}: {'; '.join(conflicts)}. "
-            f"Drop them, or start a new run in another --logdir"
-        )
+        raise ConfigConflict(conflicts)
 
 
 def _show(value: Any) -> str:

@@ -11,6 +11,8 @@ import glob
 import os
 from pathlib import Path
 
+from agents_operator.trainer import rundir
+
 TAGS = {
     "train/mean_return": "undiscounted return of the training episodes that ended during the iteration",
     "train/mean_length": "length of those episodes",
@@ -67,7 +69,7 @@ def read_scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
     import tensorflow as tf
 
     points: dict[int, float] = {}
-    for path in sorted(glob.glob(os.path.join(str(logdir), "events.out.tfevents.*")), key=os.path.getmtime):
+    for path in sorted(glob.glob(os.path.join(str(logdir), rundir.EVENTS)), key=os.path.getmtime):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag == tag:

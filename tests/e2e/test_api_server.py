@@ -20,7 +20,7 @@ from agents_operator.kube import ApiError, Kube
 from tests.crdtools import apply_defaults
 from tests.e2e import installs
 from tests.e2e.cluster import MERGE, Cluster, jobs_path, wait_for
-from tests.test_api import BAD, IMMUTABLE, Bad, bad_id, bad_manifest, changed, manifest
+from tests.test_api import BAD, IMMUTABLE, INTEGRAL_FLOATS, Bad, bad_id, bad_manifest, changed, manifest
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,6 +74,10 @@ def served(kube: Kube, manifest: dict) -> bool:
 @pytest.mark.parametrize("bad", BAD, ids=bad_id)
 def test_the_api_server_refuses_what_validate_refuses_naming_the_same_field(kube, dry_namespace, bad: Bad):
     data = bad_manifest(bad)
+    if bad.not_json:
+        with pytest.raises((ValueError, TypeError)):  # what kubectl would meet encoding it
+            json.dumps(data, allow_nan=False)
+        return
     if bad.unknown_resource:
         assert not served(kube, data)
         return
@@ -90,6 +94,11 @@ def test_the_api_server_refuses_what_validate_refuses_naming_the_same_field(kube
 def test_a_good_manifest_passes_both(kube, dry_namespace):
     api.parse_job(manifest())
     kube.request("POST", jobs_path(dry_namespace), body=manifest(), query=STRICT_DRY_RUN)
+
+
+def test_a_good_manifest_with_integral_floats_passes_both(kube, dry_namespace):
+    api.parse_job(copy.deepcopy(INTEGRAL_FLOATS))
+    kube.request("POST", jobs_path(dry_namespace), body=INTEGRAL_FLOATS, query=STRICT_DRY_RUN)
 
 
 def test_the_api_server_fills_in_the_models_defaults(kube, dry_namespace):

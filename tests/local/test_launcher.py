@@ -181,7 +181,7 @@ def test_progress_comes_from_the_chiefs_metrics(tmp_path):
     outcome = launcher.run()
     assert outcome.succeeded
     assert launcher.tracker.last[status.METRIC_MEAN_RETURN] == -180.5
-    assert "mean return -180.5" in launcher.tracker.summary()
+    assert "training return -180.5" in launcher.tracker.summary()
 
 
 def test_ctrl_c_stops_every_process(tmp_path):

@@ -94,10 +94,11 @@ def test_run_freezes_the_heap_before_serving(monkeypatch):
 
     frozen = []
 
-    async def serve(options):
+    async def serve(options, kube):
         frozen.append(gc.get_freeze_count())
 
     monkeypatch.setattr(operator_main.kopf, "configure", lambda **_: None)
+    monkeypatch.setattr(operator_main.Kube, "connect", lambda *args, **kwargs: None)
     monkeypatch.setattr(operator_main, "serve", serve)
     try:
         assert operator_main.run(operator_main.OperatorOptions()) == 0

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from agents_operator import presets, tfconfig
+from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig
 from agents_operator.trainer import commands, rundir
 
 from .cli import run
@@ -61,6 +62,28 @@ def test_resume_uses_the_saved_config_and_may_change_the_budget(tmp_path):
     config = commands.resolve_train_config(None, ["total_steps=5000"], tmp_path, resume=True)
     assert config == saved.model_copy(update={"total_steps": 5000})
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["learning_rate"] == 0.01
+
+
+@pytest.mark.parametrize(
+    "setting", ["video_episodes=0", "eval_every=3", "eval_episodes=2", "metrics_port=0", "threads=2", "total_steps=9"]
+)
+def test_resume_accepts_settings_that_do_not_change_learning(tmp_path, setting):
+    """`local --no-video` on an existing run gives video_episodes=0: a resume must not refuse it."""
+    rundir.write_config(tmp_path, presets.resolve("pendulum"))
+    key, value = setting.split("=")
+    config = commands.resolve_train_config(None, [setting], tmp_path, resume=True)
+    assert getattr(config, key) == int(value)
+
+
+@pytest.mark.parametrize("setting", ["seed=3", "learning_rate=0.5", "epochs=3", "mode=async", "discount=0.5"])
+def test_resume_refuses_settings_that_change_learning_and_names_them(capsys, tmp_path, setting):
+    rundir.write_config(tmp_path, presets.resolve("pendulum"))
+    err = _error(capsys, "train", "--resume", "--logdir", tmp_path, "--set", setting)
+    assert f"settings differ from the run's config.yaml: {setting.split('=')[0]} (saved " in err
+
+
+def test_settings_changeable_on_resume_are_fields():
+    assert CHANGEABLE_ON_RESUME.issubset(TrainerConfig.model_fields)
 
 
 def test_visualize_and_plot_usage_errors(capsys, tmp_path):

@@ -3,9 +3,10 @@
 import socket
 import urllib.request
 
+import pytest
 import yaml
 
-from agents_operator.trainer import checkpoints
+from agents_operator.trainer import checkpoints, rundir
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.summaries import read_scalars
 
@@ -47,12 +48,17 @@ def test_train_resume_plot_and_visualize(tmp_path, capsys):
     assert read_scalars(logdir, "train/mean_length") == [(128 * i, 50.0) for i in range(1, 5)]
     for tag in ("loss/policy", "loss/value", "policy/kl", "policy/clipfrac", "optimizer/learning_rate"):
         assert len(read_scalars(logdir, tag)) == 4, tag
+    final = rundir.load_summary(logdir)
+    assert (final["env_steps"], final["iterations"]) == (512, 4)
+    assert final["eval_mean_return"] == pytest.approx(evaluations[-1][1], rel=1e-6)
 
     assert run("train", "--resume", "--set", "total_steps=1024", "--logdir", logdir) == 0
     assert [p.name for p in checkpoints.list_checkpoints(logdir)] == [f"ckpt-0000000{i}" for i in (4, 6, 8)]
     steps = [step for step, _ in read_scalars(logdir, "loss/value")]
     assert steps == [128 * i for i in range(1, 9)]  # counters continued from the checkpoint
     assert yaml.safe_load((logdir / "config.yaml").read_text())["total_steps"] == 1024
+    assert run("train", "--resume", "--logdir", logdir) == 0  # a finished run: nothing to do, true counts
+    assert rundir.load_summary(logdir)["env_steps"] == 1024
 
     capsys.readouterr()
     assert run("plot", "--logdir", logdir, "--out", tmp_path / "curve.png", "--tag", "eval/mean_return") == 0
@@ -71,12 +77,15 @@ def test_metrics_endpoint_serves_the_gauges():
         port = probe.getsockname()[1]
     metrics = Metrics(port)
     try:
+        unknown = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         metrics.env_steps.set(1234)
         metrics.mean_return.set(-150.5)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         metrics.close()
     assert "agents_trainer_env_steps 1234.0" in text
+    # a resumed run's counters are not 0 before the chief has read them: unknown, left out by readers
+    assert "agents_trainer_env_steps NaN" in unknown and "agents_trainer_global_step NaN" in unknown
     assert "agents_trainer_mean_return -150.5" in text
 
 

@@ -1,0 +1,107 @@
+"""What `agents-operator local` tells a person: progress while the job runs, and a summary at its end.
+
+Progress is read from the chief's /metrics while it serves them. Its last numbers lag the job's (the
+chief reports before the other workers' last pushes, and it stops serving before it exits), so the summary
+prefers the chief's final record in the run directory (`rundir.SUMMARY_FILE`) when this run wrote one. A
+failure is explained by the last error line of the failed replica's log, which the console shows.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TextIO
+
+from agents_operator import status
+from agents_operator.trainer import rundir
+from agents_operator.trainer.progress import Progress
+
+ATTEMPT_LINE = "--- {time} start, attempt {attempt} ---"
+"""Written into a replica's log before each start; the last one opens the latest attempt."""
+_ATTEMPT_TAIL = " start, attempt "
+_ERROR_WORDS = ("error", "exception", "killed", "fatal")
+
+FINAL_METRICS = {
+    "env_steps": status.METRIC_ENV_STEPS,
+    "global_step": status.METRIC_GLOBAL_STEP,
+    "mean_return": status.METRIC_MEAN_RETURN,
+    "eval_mean_return": status.METRIC_EVAL_RETURN,
+}
+"""The chief's final record (`rundir.write_summary` keys) as the metrics they stand for."""
+
+
+def attempt_line(attempt: int) -> str:
+    return ATTEMPT_LINE.format(time=time.strftime("%Y-%m-%d %H:%M:%S"), attempt=attempt)
+
+
+def last_error(log: str) -> str | None:
+    """The line of a replica's log that says why its latest attempt ended: the last line naming an error
+    (a one-line usage error, or the exception line closing a traceback), else its last line; None when
+    the attempt wrote nothing."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("--- ") and _ATTEMPT_TAIL in line]
+    attempt = [line.strip() for line in lines[starts[-1] + 1 if starts else 0 :] if line.strip()]
+    if not attempt:
+        return None
+    return next((line for line in reversed(attempt) if any(w in line.lower() for w in _ERROR_WORDS)), attempt[-1])
+
+
+def read_last_error(path: Path) -> str | None:
+    try:
+        return last_error(path.read_text(errors="replace"))
+    except OSError:
+        return None
+
+
+class Tracker:
+    """Job-wide progress from the chief's metrics; steps per second are measured here, over the whole run."""
+
+    def __init__(self, total_steps: int, out: TextIO):
+        self.display = Progress(total_steps, out)
+        self.last: dict[str, float] = {}
+        self._first: tuple[float, float] | None = None
+        self.rate = 0.0
+
+    def update(self, metrics: dict[str, float] | None) -> None:
+        if not metrics or status.METRIC_ENV_STEPS not in metrics:
+            return  # the chief does not know the run's counters yet (restoring a checkpoint, joining the ps)
+        now, steps = time.monotonic(), metrics[status.METRIC_ENV_STEPS]
+        if self.last and steps == self.last.get(status.METRIC_ENV_STEPS):
+            return  # nothing new: the chief is between iterations, or done
+        if self._first is None:
+            self._first = (now, steps)
+        elif now > self._first[0]:
+            self.rate = (steps - self._first[1]) / (now - self._first[0])
+        self.last = metrics
+        self.display.update(int(steps), metrics.get(status.METRIC_MEAN_RETURN), self.rate)
+
+    def say(self, message: str) -> None:
+        """A line of the launcher's (a replica exited, restarted) that leaves the bar intact."""
+        self.display.say(message)
+
+    def finish(self, logdir: Path, since: float) -> None:
+        """Take the chief's final record when this run (started at wall time `since`) wrote one, show it on
+        the bar, and end the bar."""
+        final = rundir.load_summary(logdir, since)
+        if final:
+            self.last = {**self.last, **{FINAL_METRICS[k]: v for k, v in final.items() if k in FINAL_METRICS}}
+            steps = self.last.get(status.METRIC_ENV_STEPS, 0.0)
+            self.display.update(int(steps), self.last.get(status.METRIC_MEAN_RETURN), self.rate)
+        self.display.close()
+
+    def summary(self) -> str | None:
+        """One line: env steps, the return (the last evaluation's when there is one), speed; None when the
+        chief never reported anything."""
+        if not self.last:
+            return None
+        parts = [f"{int(self.last.get(status.METRIC_ENV_STEPS, 0)):,} env steps"]
+        if status.METRIC_GLOBAL_STEP in self.last:
+            parts.append(f"global step {int(self.last[status.METRIC_GLOBAL_STEP]):,}")
+        if status.METRIC_EVAL_RETURN in self.last:
+            evaluation = self.last[status.METRIC_EVAL_RETURN]
+            parts.append(f"eval return {evaluation:.1f} (deterministic policy, last evaluation)")
+        if status.METRIC_MEAN_RETURN in self.last:
+            parts.append(f"training return {self.last[status.METRIC_MEAN_RETURN]:.1f} (last batch's episodes)")
+        if self.rate:
+            parts.append(f"{self.rate:.0f} env steps/s")
+        return ", ".join(parts)

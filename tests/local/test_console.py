@@ -1,0 +1,197 @@
+"""What `agents-operator local` prints: the bar, the launcher's lines, the closing summary (issue 15, part 5)."""
+
+import io
+import os
+import sys
+import time
+
+import pytest
+
+from agents_operator import local, localreport, policy, presets, status
+from agents_operator.trainer import rundir
+from agents_operator.trainer.progress import Progress
+
+from .test_launcher import job, run, script
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_no_speed_and_no_eta_before_one_is_measured():
+    out = Terminal()
+    bar = Progress(16384, out)
+    bar.update(0, None, 0.0)
+    assert "ETA" not in out.getvalue() and "steps/s" not in out.getvalue()
+    bar.update(8192, -900.0, 4096.0)
+    assert "4.1k steps/s  ETA 0m02s" in out.getvalue()
+
+
+def test_the_bar_is_ended_before_other_lines_and_only_once():
+    out = Terminal()
+    bar = Progress(100, out)
+    bar.update(50, None, 10.0)
+    text = bar._text
+    bar.say("worker-1 exited with code 0")
+    assert out.getvalue().endswith(f"\r\x1b[Kworker-1 exited with code 0\n{text}")
+    bar.close()
+    bar.close()
+    assert out.getvalue().endswith(f"{text}\n")
+
+
+def test_last_error_is_the_latest_attempts_error_line():
+    log = "\n".join(
+        [
+            localreport.attempt_line(1),
+            "agents-operator train: error: old problem",
+            localreport.attempt_line(2),
+            "2026-12-01 INFO waiting for ps-0",
+            "Traceback (most recent call last):",
+            '  File "x.py", line 1, in <module>',
+            "ValueError: env servers serve 4 environments in all, envs_per_worker is 8",
+            "",
+        ]
+    )
+    assert localreport.last_error(log) == "ValueError: env servers serve 4 environments in all, envs_per_worker is 8"
+    assert localreport.last_error(localreport.attempt_line(3) + "\nsegfault at 0x0\n") == "segfault at 0x0"
+    assert localreport.last_error(localreport.attempt_line(1) + "\n") is None
+
+
+def tracker(**metrics):
+    t = localreport.Tracker(16384, io.StringIO())
+    t.last = metrics
+    return t
+
+
+def test_the_evaluation_return_heads_the_summary_and_says_what_it_is():
+    summary = tracker(
+        **{status.METRIC_ENV_STEPS: 16384.0, status.METRIC_MEAN_RETURN: -1307.1, status.METRIC_EVAL_RETURN: -969.3}
+    ).summary()
+    assert summary.index("eval return -969.3 (deterministic policy") < summary.index("training return -1307.1")
+    assert summary.startswith("16,384 env steps")
+    assert "mean return" not in tracker(**{status.METRIC_MEAN_RETURN: -5.0}).summary()
+
+
+def test_the_chiefs_final_record_replaces_lagging_metrics_only_when_this_run_wrote_it(tmp_path):
+    t = tracker(**{status.METRIC_ENV_STEPS: 14336.0, status.METRIC_EVAL_RETURN: -900.0})
+    since = time.time()
+    rundir.write_summary(tmp_path, {"env_steps": 16384, "global_step": 8, "iterations": 16})
+    t.display = Progress(16384, Terminal())
+    t.display.update(14336, None, 1.0)
+    t.finish(tmp_path, since)
+    assert t.last[status.METRIC_ENV_STEPS] == 16384 and t.last[status.METRIC_GLOBAL_STEP] == 8
+    assert t.display.stream.getvalue().endswith("100% 16.4k/16.4k steps  return -\n")  # the bar shows it, ended
+    assert t.last[status.METRIC_EVAL_RETURN] == -900.0
+    old = tracker(**{status.METRIC_ENV_STEPS: 0.0})
+    os.utime(tmp_path / rundir.SUMMARY_FILE, (since - 60, since - 60))
+    old.finish(tmp_path, since)
+    assert old.last[status.METRIC_ENV_STEPS] == 0.0
+
+
+def test_a_failure_shows_the_replicas_error_line_and_no_guess_about_progress(tmp_path):
+    worker = script("""
+        import sys
+        print("agents-operator train: error: --set learning_rat: unknown setting", file=sys.stderr)
+        sys.exit(2)
+    """)
+    launcher, outcome = run(job(worker, worker_policy="ExitCode"), tmp_path)
+    lines = local._closing_lines(launcher, outcome)
+    assert lines[0].startswith("Failed: worker-")
+    assert lines[1].endswith(": agents-operator train: error: --set learning_rat: unknown setting")
+    assert not any("no progress" in line for line in lines)
+
+
+def test_without_an_error_line_or_progress_the_console_says_so(tmp_path):
+    launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
+    lines = local._closing_lines(launcher, policy.Outcome(True, "Succeeded", "the job's workers finished"))
+    assert "  no progress was reported (the chief's /metrics never answered)" in lines
+
+
+def test_a_permanent_failure_ends_the_job_before_what_failed_with_it_is_restarted(tmp_path):
+    """The ps (restartPolicy Always) and a worker (ExitCode) fail with the same usage error at once."""
+    j = job(["sh", "-c", "exit 2"], ps_cmd=("sh", "-c", "exit 2"), workers=1, worker_policy="ExitCode")
+    j.spec.replica_specs.ps.restart_policy = "Always"
+    launcher = local.Launcher(j, tmp_path, out=sys.stderr)
+    for replica in launcher.replicas:
+        launcher._start(replica)
+        replica.process.wait()
+    outcome = launcher._step()
+    launcher.stop_all()
+    assert (outcome.reason, launcher.failed.name) == ("Failed", "worker-0")
+    assert [r.attempts for r in launcher.replicas] == [1, 1] and launcher.restarts == 0
+
+
+def test_a_run_with_other_learning_settings_is_refused_before_anything_starts(tmp_path):
+    j = job(["true"])
+    saved = j.trainer_config()
+    rundir.write_config(tmp_path, saved.model_copy(update={"video_episodes": 1, "eval_every": 99}))
+    local.check_resume(j, tmp_path, video=False)  # video and evaluation settings may differ
+    rundir.write_config(tmp_path, presets.resolve("pendulum", {"learning_rate": 0.5}))
+    with pytest.raises(local.LaunchError) as error:
+        local.check_resume(j, tmp_path)
+    message = str(error.value)
+    assert "holds a run with other settings: learning_rate (saved 0.5, given " in message
+    assert "\n" not in message and not (tmp_path / "logs").exists()
+
+
+def test_progress_starts_from_the_first_known_count_not_from_an_unknown_one(monkeypatch):
+    """A resumed run's chief knows its counters only after restoring: its steps are not this run's speed."""
+    now = [10.0]
+    monkeypatch.setattr(localreport.time, "monotonic", lambda: now[0])
+    t = localreport.Tracker(16384, io.StringIO())
+    t.update({status.METRIC_MEAN_RETURN: -5.0})  # served before the counters are known: no baseline
+    assert t.last == {}
+    t.update({status.METRIC_ENV_STEPS: 8192.0})
+    now[0] = 12.0
+    t.update({status.METRIC_ENV_STEPS: 10240.0})
+    assert t.rate == 1024.0
+
+
+def test_a_previous_runs_video_is_not_announced(tmp_path):
+    launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
+    video = tmp_path / rundir.VIDEO
+    video.parent.mkdir()
+    video.write_bytes(b"GIF89a")
+    done = policy.Outcome(True, "Succeeded", "the job's workers finished")
+    assert f"  video: {video}" in local._closing_lines(launcher, done)
+    os.utime(video, (launcher.since - 60, launcher.since - 60))
+    assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("learning_rate: [\n", "not YAML: "), ("learning_rate: -1\n", "learning_rate: Input should be greater than 0")],
+)
+def test_an_unreadable_saved_config_is_one_line(tmp_path, text, expected):
+    (tmp_path / rundir.CONFIG_FILE).write_text(text)
+    with pytest.raises(local.LaunchError) as error:
+        local.check_resume(job(["true"]), tmp_path)
+    assert f"{tmp_path / rundir.CONFIG_FILE}: invalid config: " in str(error.value)
+    assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_summary_counts_what_the_chief_recorded_at_the_end_not_its_last_metrics(tmp_path):
+    """The stand-in chief serves 14,336 steps (before the other worker's last push), then records 16,384."""
+    worker = script(f"""
+        import http.server, os, sys, threading, time
+        if os.environ["AGENTS_REPLICA_INDEX"] != "0":
+            sys.exit(0)
+        body = b"agents_trainer_env_steps 14336.0\\nagents_trainer_eval_mean_return -969.3\\n"
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(body)
+            def log_message(self, *a): pass
+        server = http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        time.sleep(2.5)
+        server.shutdown()
+        open({str(tmp_path / rundir.SUMMARY_FILE)!r}, "w").write("env_steps: 16384\\nglobal_step: 8\\n")
+    """)
+    launcher = local.Launcher(job(worker), tmp_path, out=sys.stderr)
+    for r in launcher.replicas:
+        r.env["PORT"] = str(launcher.metrics_port)
+    outcome = launcher.run()
+    assert outcome.succeeded
+    summary = launcher.tracker.summary()
+    assert summary.startswith("16,384 env steps, global step 8, eval return -969.3"), summary
