@@ -12,7 +12,7 @@
   which no handler or `finally` survives. Chosen over a pipe watched by the child: it needs nothing of
   the replica's program (a replica may run any command). The signal fires when the *thread* that forked
   the child ends, so the launcher starts replicas from its main thread only. A replica's own children
-  (environment processes) end when they see their parent gone (`trainer.envs`).
+  (environment processes) end when they see their parent gone (`trainer.envs.worker`).
 """
 
 from __future__ import annotations

@@ -42,10 +42,10 @@ def sampling_throughput(config, rounds: int, seconds: float) -> tuple[float, flo
     """Best-of-`rounds` steps/s of the environment batch with random actions (raw) and of the trainer's
     sampling phase (numpy actor, wrappers, GAE) on the same batch, measured in alternating rounds so that
     both see the same load on a shared machine."""
-    from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.envs.batch import BatchEnv
     from agents_operator.trainer.learner import Learner, vector_size
-    from agents_operator.trainer.loop import Sampler
-    from agents_operator.trainer.wrappers import TrainingEnv
+    from agents_operator.trainer.sampling.samplers import Sampler
+    from agents_operator.trainer.sampling.training_env import TrainingEnv
 
     with BatchEnv(
         config.env_id, config.envs_per_worker, envs_per_process=config.envs_per_process, seed=config.seed

@@ -1,6 +1,6 @@
 """Where the environments live: colocated, an env server per step, an env server per rollout; one JSON line.
 
-For each environment it runs the trainer's own sampling phase (`loop.Sampler`, `StepSampler` per step or
+For each environment it runs the trainer's own sampling phase (`samplers.Sampler`, `StepSampler` per step or
 `RolloutSampler` in rollout mode: numpy policy of the task's preset, normalisation, GAE) over the same batch
 of environments in three placements:
 - colocated: a `BatchEnv` in the trainer's process tree, as today;
@@ -45,11 +45,12 @@ import numpy as np  # noqa: E402
 
 from agents_operator import presets, tfconfig  # noqa: E402
 from agents_operator.config import TrainerConfig  # noqa: E402
-from agents_operator.trainer.envs import BatchEnv  # noqa: E402
-from agents_operator.trainer.envserver.client import RemoteBatchEnv  # noqa: E402
-from agents_operator.trainer.loop import RolloutSampler, Sampler, StepSampler, train  # noqa: E402
-from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
-from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
+from agents_operator.trainer.envs.batch import BatchEnv  # noqa: E402
+from agents_operator.trainer.envs.remote import RemoteBatchEnv  # noqa: E402
+from agents_operator.trainer.loop import train  # noqa: E402
+from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
+from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler, StepSampler  # noqa: E402
+from agents_operator.trainer.sampling.training_env import TrainingEnv  # noqa: E402
 
 PRESETS = ("pendulum", "cheetah")  # Pendulum-v1 and HalfCheetahBulletEnv-v0
 

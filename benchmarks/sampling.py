@@ -6,11 +6,11 @@ shared, so the best round is the least disturbed one):
 - parallel_raw_steps_per_s: `cores` such loops in separate processes at once, without any exchange: what
   perfect batching would reach on this machine as loaded as it is now;
 - batch_steps_per_s: BatchEnv over every usable CPU, random actions, all processes in lockstep (`step`);
-- sampler_steps_per_s: the trainer's colocated sampling phase (`loop.Sampler.collect`: the preset's policy
+- sampler_steps_per_s: the trainer's colocated sampling phase (`samplers.Sampler.collect`: the preset's policy
   and value networks in numpy, normalisation, GAE, rollouts of the preset's length) on that BatchEnv: each
   worker process acts for its own environments;
 - pipelined_steps_per_s: the same rollouts with the policy acting in this process instead
-  (`loop.StepSampler`, as over env servers in step mode), for one process while the others simulate;
+  (`samplers.StepSampler`, as over env servers in step mode), for one process while the others simulate;
 - lockstep_steps_per_s: the same, with every step waiting for all processes (the policy acting while they
   all wait), as a sampler without either would.
 ratio = sampler_steps_per_s / (raw_steps_per_s * cores) is the share of the machine's raw simulation speed
@@ -39,11 +39,13 @@ from multiprocessing.synchronize import Barrier  # noqa: E402
 import numpy as np  # noqa: E402
 
 from agents_operator import presets  # noqa: E402
-from agents_operator.trainer.envs import BatchEnv, StepResult, make_env, usable_cpus  # noqa: E402
+from agents_operator.trainer.envs.batch import BatchEnv  # noqa: E402
+from agents_operator.trainer.envs.make import make_env, usable_cpus  # noqa: E402
+from agents_operator.trainer.envs.types import StepResult  # noqa: E402
 from agents_operator.trainer.learner import Learner, vector_size  # noqa: E402
-from agents_operator.trainer.loop import Sampler, StepSampler  # noqa: E402
-from agents_operator.trainer.ppo.networks import NumpyPolicy  # noqa: E402
-from agents_operator.trainer.wrappers import TrainingEnv  # noqa: E402
+from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
+from agents_operator.trainer.sampling.samplers import Sampler, StepSampler  # noqa: E402
+from agents_operator.trainer.sampling.training_env import TrainingEnv  # noqa: E402
 
 PRESETS = ("cheetah", "ant")
 

@@ -1,7 +1,7 @@
 """Side by side with Stable-Baselines3 PPO on the same environment and budget; prints one JSON line.
 
 Both train for `--steps` environment steps and are then evaluated over `--eval-episodes` episodes of the
-deterministic policy on the same time-limited environment (`envs.make_env`). SB3 uses the
+deterministic policy on the same time-limited environment (`envs.make.make_env`). SB3 uses the
 rl-baselines3-zoo hyperparameters of the task (those FACTS.md measured on the build machine), one torch
 thread. Stable-Baselines3 needs torch, which this project does not install: without it the script
 prints {"skipped": ...} and exits 0.
@@ -72,7 +72,7 @@ def run_sb3(task: str, env_id: str, max_episode_steps: int | None, steps: int, e
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from agents_operator.trainer.envs import make_env
+    from agents_operator.trainer.envs.make import make_env
 
     torch.set_num_threads(1)
     settings = ZOO[task]

@@ -1,10 +1,23 @@
 """The PPO trainer that runs inside every worker pod.
 
-Layout: `envs` (environment subprocesses), `wrappers` (everything between the policy and the environments),
-`normalize` (streaming statistics), `ppo/` (returns, networks, losses: the algorithm next to the paper),
-`learner` (the TensorFlow graph and session), `loop` (rollout -> update -> outputs), `checkpoints`,
-`summaries`, `metrics`, `progress`, `visualize`, `plot` and `commands` (the CLI sub-commands).
-TensorFlow is imported only by the modules that need it, never by this package itself.
+Layout, each layer importing only those above it (tests/test_layering.py: no cycle, not even through
+imports inside functions or for type checkers):
+
+- `normalize` (streaming statistics); `ppo/`: the algorithm next to the paper: `returns` (GAE) and `policy`
+  (the numpy actor) in numpy, `networks`, `losses` and `objective` (the PPO loss) in TensorFlow.
+- `envs/`: the environments, wherever they run: `types`, `make`, `batch` (`BatchEnv`, subprocesses) with its
+  `worker` side and `shared` memory, `remote` (`RemoteBatchEnv`, the env-server client), `episodes`
+  (evaluation episodes). `envserver/`: the env server, its request checks and the wire `protocol`.
+- `sampling/`: `rollout` (the sampling loop), `training_env` (normalisers), `batch` (the PPO `Batch`, GAE),
+  `samplers` (one per placement of the environments).
+- `learner` (the TensorFlow graph and session), `distributed` (the cluster), `checkpoints`, `summaries`,
+  `metrics`, `progress`, `rundir`.
+- `loop` (rollout -> update -> outputs), `evaluator`, `visualize`, `plot` and `commands` (the CLI
+  sub-commands).
+
+`normalize`, `ppo.returns`, `ppo.policy`, `envs/`, `envserver/` and `sampling/` never import TensorFlow:
+environment processes and env servers load them. TensorFlow is imported only by the modules that need it,
+never by this package itself.
 """
 
 import os

@@ -14,12 +14,21 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from agents_operator.trainer import rundir
 
-if TYPE_CHECKING:
-    from agents_operator.trainer.learner import Learner, LearnerState
+State = TypeVar("State", covariant=True)
+
+
+class Checkpointable(Protocol[State]):
+    """What checkpoints need of a learner (`learner.Learner`): this module sits below it, which raises
+    `CheckpointError`."""
+
+    def save(self, prefix: str) -> None: ...
+
+    def restore(self, prefix: str) -> State: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +60,7 @@ def list_checkpoints(logdir: Path) -> list[Path]:
     return [numbered[i] for i in sorted(numbered)]
 
 
-def save(learner: Learner, logdir: Path, iteration: int) -> Path:
+def save(learner: Checkpointable, logdir: Path, iteration: int) -> Path:
     """Save the learner's variables as checkpoint `iteration` and prune all but the newest KEEP."""
     root = directory(logdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -68,7 +77,7 @@ def save(learner: Learner, logdir: Path, iteration: int) -> Path:
     return final
 
 
-def restore_latest(learner: Learner, logdir: Path) -> tuple[LearnerState, Path] | None:
+def restore_latest(learner: Checkpointable[State], logdir: Path) -> tuple[State, Path] | None:
     """Restore the newest readable checkpoint; None when there is none at all.
 
     A checkpoint that fails to restore is logged and the previous one tried. When every checkpoint

@@ -262,7 +262,7 @@ def _check_env_id(env_id: str) -> None:
     """Make the environment once here, so an unknown id is one line and not a worker's traceback."""
     import gymnasium
 
-    from agents_operator.trainer.envs import make_env
+    from agents_operator.trainer.envs.make import make_env
 
     try:
         make_env(env_id).close()
@@ -282,11 +282,11 @@ def _check_env_server(address: str, env_id: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise UsageError(f"--env-server {address!r}: expected HOST:PORT")
-    from agents_operator.trainer.envserver import client
+    from agents_operator.trainer.envs import remote
 
     try:
-        client.connect([address], env_id, startup_timeout=_ENV_SERVER_STARTUP_SECONDS).close()
-    except (client.EnvServerError, ValueError) as error:
+        remote.connect([address], env_id, startup_timeout=_ENV_SERVER_STARTUP_SECONDS).close()
+    except (remote.EnvServerError, ValueError) as error:
         raise UsageError(f"--env-server {address}: {error}") from None
 
 

@@ -19,10 +19,11 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
+from agents_operator.trainer.envs import remote
+from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.learner import Learner, vector_size
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.summaries import SummaryWriter
-from agents_operator.trainer.wrappers import LocalEpisodes
 
 if TYPE_CHECKING:
     from agents_operator.tfconfig import EnvServers
@@ -40,9 +41,7 @@ def run(
     if env_servers is None:
         episodes = LocalEpisodes(config.env_id, config.max_episode_steps)
     else:
-        from agents_operator.trainer.envserver import client
-
-        episodes = client.connect(list(env_servers.addresses), config.env_id)
+        episodes = remote.connect(list(env_servers.addresses), config.env_id)
     learner = Learner(config, vector_size(episodes.observation_shape), vector_size(episodes.action_shape))
     writer = SummaryWriter(logdir / "evaluator")
     seen: Path | None = None

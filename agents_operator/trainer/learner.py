@@ -30,24 +30,10 @@ from agents_operator.trainer import distributed
 from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo import losses
-from agents_operator.trainer.ppo.networks import Networks, NumpyPolicy, mlp_tf
-
-
-@dataclass
-class Batch:
-    """One iteration's transitions, flattened to (B, ...): what the update consumes."""
-
-    observations: np.ndarray  # normalised
-    actions: np.ndarray  # sampled, before clipping to the action bounds
-    log_probs: np.ndarray
-    means: np.ndarray  # the acting policy's Gaussian means (for the exact KL)
-    log_std: np.ndarray  # the acting policy's log-std, (act_dim,)
-    values: np.ndarray
-    advantages: np.ndarray
-    returns: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.observations)
+from agents_operator.trainer.ppo.networks import Networks, mlp_tf
+from agents_operator.trainer.ppo.objective import Objective, ppo_objective
+from agents_operator.trainer.ppo.policy import NumpyPolicy
+from agents_operator.trainer.sampling.batch import Batch
 
 
 @dataclass
@@ -73,8 +59,8 @@ class _Graph:
     push: tf.Operation
     finish_feeds: dict[str, tf.Tensor]
     finish_metrics: dict[str, tf.Tensor]
-    state_variables: list[tf.Variable]
-    state_after_finish: list[tf.Tensor]
+    state: dict[str, Any]  # the variables of `LearnerState` by name (`_Shared.state`)
+    state_after_finish: dict[str, Any]  # their values read after `finish_iteration`, by the same names
     shared_variables: list[tf.Variable]
     local_variables: list[tf.Variable]
     sync_optimizer: tf.compat.v1.train.SyncReplicasOptimizer | None
@@ -107,9 +93,16 @@ def build_graph(
     return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync_replicas)
 
 
-def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync_replicas: int) -> _Graph:
+def _counter(name: str, dtype: tf.DType, shape: list[int], init: float = 0) -> tf.Variable:
     v1 = tf.compat.v1
-    feeds = {
+    initializer = v1.constant_initializer(dtype.as_numpy_dtype(init))
+    return v1.get_variable(name, shape, dtype, initializer=initializer, trainable=False, use_resource=True)
+
+
+def _placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
+    """What a minibatch feeds, by the name of its `Batch` field."""
+    v1 = tf.compat.v1
+    return {
         "observations": v1.placeholder(tf.float32, [None, obs_dim], "observations"),
         "actions": v1.placeholder(tf.float32, [None, act_dim], "actions"),
         "log_probs": v1.placeholder(tf.float32, [None], "old_log_probs"),
@@ -120,19 +113,26 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         "returns": v1.placeholder(tf.float32, [None], "returns"),
     }
 
-    def counter(name: str, dtype: tf.DType, shape: list[int], init: float = 0) -> tf.Variable:
-        initializer = v1.constant_initializer(dtype.as_numpy_dtype(init))
-        return v1.get_variable(name, shape, dtype, initializer=initializer, trainable=False, use_resource=True)
 
-    # --- the run's state, shared by all workers --------------------------------------------------------
-    with shared_scope():
+@dataclass
+class _Shared:
+    """The run's state, shared by all workers (on the ps tasks in a cluster)."""
+
+    networks: Networks
+    counters: dict[str, tf.Variable]  # global_step, env_steps, iterations, kl_beta
+    statistics: dict[str, tf.Variable]  # the normalisers' sums: {observation,return}_{count,sum,sumsq}
+
+    @classmethod
+    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> _Shared:
         networks = Networks.create(obs_dim, act_dim, config)
-        global_step = v1.train.get_or_create_global_step()
-        env_steps = counter("env_steps", tf.int64, [])
-        iterations = counter("iterations", tf.int64, [])
-        kl_beta = counter("kl_beta", tf.float32, [], config.kl_init_penalty)
+        counters = {
+            "global_step": tf.compat.v1.train.get_or_create_global_step(),
+            "env_steps": _counter("env_steps", tf.int64, []),
+            "iterations": _counter("iterations", tf.int64, []),
+            "kl_beta": _counter("kl_beta", tf.float32, [], config.kl_init_penalty),
+        }
         statistics = {
-            name: counter(f"normalizer/{name}", tf.float64, shape)
+            name: _counter(f"normalizer/{name}", tf.float64, shape)
             for name, shape in [
                 ("observation_count", []),
                 ("observation_sum", [obs_dim]),
@@ -142,128 +142,150 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
                 ("return_sumsq", []),
             ]
         }
-    shared_variables = list(v1.global_variables())
+        return cls(networks, counters, statistics)
 
-    # --- this worker's copy: what the PPO epochs update -----------------------------------------------
-    with local_scope(), v1.variable_scope("local"):
-        local = Networks.create(obs_dim, act_dim, config)
-        with v1.variable_scope("anchor"):
-            anchor = Networks.create(obs_dim, act_dim, config)  # the shared weights this iteration started from
-        local_env_steps = counter("env_steps", tf.int64, [])
-        local_kl_beta = counter("kl_beta", tf.float32, [], config.kl_init_penalty)
-    weights, local_weights, anchor_weights = networks.variables(), local.variables(), anchor.variables()
-    pull = tf.group(
-        *(w.assign(s) for s, w in zip(weights, local_weights, strict=True)),
-        *(a.assign(s) for s, a in zip(weights, anchor_weights, strict=True)),
-        local_env_steps.assign(env_steps),
-        local_kl_beta.assign(kl_beta),
-        name="pull",
-    )
+    def state(self) -> dict[str, Any]:
+        """Every variable `LearnerState` is made of, by name (the weights as one list)."""
+        return {"weights": self.networks.variables(), **self.statistics, **self.counters}
 
-    # --- the PPO objective, on the local copy ---------------------------------------------------------
-    with local_scope():
-        mean = mlp_tf(feeds["observations"], local.policy, config.activation)
-        value = mlp_tf(feeds["observations"], local.value, config.activation)[:, 0]
-        log_std = local.log_std
-        new_log_probs = losses.gaussian_log_prob(feeds["actions"], mean, log_std)
-        log_ratio = new_log_probs - feeds["log_probs"]
-        ratio = tf.exp(log_ratio)
-        kl = losses.gaussian_kl(feeds["means"], feeds["log_std"], mean, log_std)
-        advantages = feeds["advantages"]
-        if config.normalize_advantages:
-            adv_mean, adv_var = tf.nn.moments(advantages, axes=[0])
-            advantages = (advantages - adv_mean) / (tf.sqrt(adv_var) + 1e-8)
-        pg_loss, clipfrac = losses.clipped_surrogate(ratio, advantages, config.clip_range)
-        if config.objective == "kl_penalty":
-            pg_loss = losses.kl_penalty(
-                ratio,
-                advantages,
-                kl,
-                local_kl_beta,
-                config.kl_target,
-                config.kl_cutoff_factor,
-                config.kl_cutoff_coef,
-            )
-        v_loss = losses.value_loss(value, feeds["values"], feeds["returns"], config.value_clip)
-        entropy = losses.gaussian_entropy(log_std)
-        loss = pg_loss + config.value_coef * v_loss - config.entropy_coef * entropy
 
-        learning_rate = tf.constant(config.learning_rate)
-        if config.lr_schedule == "linear":
-            progress = tf.cast(local_env_steps.read_value(), tf.float32) / float(config.total_steps)
-            learning_rate = learning_rate * tf.maximum(1.0 - progress, 0.0)
-        optimizer = v1.train.AdamOptimizer(learning_rate, epsilon=config.adam_epsilon)
-        gradients = tf.gradients(loss, local_weights)
-        grad_norm = tf.linalg.global_norm(gradients)
-        if config.max_grad_norm is not None:
-            gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm, use_norm=grad_norm)
-        train_op = optimizer.apply_gradients(zip(gradients, local_weights, strict=True))
-    train_metrics = {
-        "policy_loss": pg_loss,
-        "value_loss": v_loss,
-        "entropy": entropy,
-        "approx_kl": losses.approx_kl(log_ratio),
-        "clipfrac": clipfrac,
-        "grad_norm": grad_norm,
-        "learning_rate": learning_rate,
-    }
+@dataclass
+class _Local:
+    """This worker's copy: the networks the PPO epochs update, the shared weights they started from
+    (`anchor`), and the counters the update reads."""
 
-    # --- once per iteration: this worker's change to the shared weights --------------------------------
-    sync_optimizer = None
-    with local_scope():
-        # The negated change serves as a gradient for plain SGD with step size 1: weights += change.
-        pseudo_gradients = [a - w for a, w in zip(anchor_weights, local_weights, strict=True)]
-    if sync_replicas > 1:
-        with shared_scope():
-            sync_optimizer = v1.train.SyncReplicasOptimizer(
-                v1.train.GradientDescentOptimizer(1.0),
-                replicas_to_aggregate=sync_replicas,
-                total_num_replicas=sync_replicas,
-            )
-            push = sync_optimizer.apply_gradients(zip(pseudo_gradients, weights, strict=True), global_step=global_step)
-    else:
-        push = tf.group(
-            *(s.assign_sub(g) for s, g in zip(weights, pseudo_gradients, strict=True)),
-            global_step.assign_add(1),
-            name="push",
+    networks: Networks
+    anchor: Networks
+    env_steps: tf.Variable
+    kl_beta: tf.Variable
+
+    @classmethod
+    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> _Local:
+        with tf.compat.v1.variable_scope("local"):
+            networks = Networks.create(obs_dim, act_dim, config)
+            with tf.compat.v1.variable_scope("anchor"):
+                anchor = Networks.create(obs_dim, act_dim, config)
+            env_steps = _counter("env_steps", tf.int64, [])
+            kl_beta = _counter("kl_beta", tf.float32, [], config.kl_init_penalty)
+        return cls(networks, anchor, env_steps, kl_beta)
+
+    def pull(self, shared: _Shared) -> tf.Operation:
+        """Copy the shared weights and counters into this worker's copy."""
+        weights = shared.networks.variables()
+        return tf.group(
+            *(w.assign(s) for s, w in zip(weights, self.networks.variables(), strict=True)),
+            *(a.assign(s) for s, a in zip(weights, self.anchor.variables(), strict=True)),
+            self.env_steps.assign(shared.counters["env_steps"]),
+            self.kl_beta.assign(shared.counters["kl_beta"]),
+            name="pull",
         )
 
-    finish_feeds = {
+    def objective(self, config: TrainerConfig, feeds: dict[str, tf.Tensor]) -> Objective:
+        mean = mlp_tf(feeds["observations"], self.networks.policy, config.activation)
+        value = mlp_tf(feeds["observations"], self.networks.value, config.activation)[:, 0]
+        return ppo_objective(config, feeds, mean, self.networks.log_std, value, self.kl_beta)
+
+
+def _train_op(config: TrainerConfig, loss: tf.Tensor, local: _Local) -> tuple[tf.Operation, dict[str, tf.Tensor]]:
+    """One Adam step on the local copy, and its metrics (grad_norm, learning_rate) by name."""
+    learning_rate = tf.constant(config.learning_rate)
+    if config.lr_schedule == "linear":
+        progress = tf.cast(local.env_steps.read_value(), tf.float32) / float(config.total_steps)
+        learning_rate = learning_rate * tf.maximum(1.0 - progress, 0.0)
+    optimizer = tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.adam_epsilon)
+    weights = local.networks.variables()
+    gradients = tf.gradients(loss, weights)
+    grad_norm = tf.linalg.global_norm(gradients)
+    if config.max_grad_norm is not None:
+        gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm, use_norm=grad_norm)
+    train_op = optimizer.apply_gradients(zip(gradients, weights, strict=True))
+    return train_op, {"grad_norm": grad_norm, "learning_rate": learning_rate}
+
+
+def _push(
+    shared: _Shared, local: _Local, sync_replicas: int, shared_scope, local_scope
+) -> tuple[tf.Operation, tf.compat.v1.train.SyncReplicasOptimizer | None]:
+    """The op that applies this worker's change to the shared weights (and counts the update), and in
+    sync mode the optimizer that aggregates every worker's change first."""
+    weights, global_step = shared.networks.variables(), shared.counters["global_step"]
+    with local_scope():
+        # The negated change serves as a gradient for plain SGD with step size 1: weights += change.
+        changes = zip(local.anchor.variables(), local.networks.variables(), strict=True)
+        pseudo_gradients = [a - w for a, w in changes]
+    if sync_replicas <= 1:
+        updates = (s.assign_sub(g) for s, g in zip(weights, pseudo_gradients, strict=True))
+        return tf.group(*updates, global_step.assign_add(1), name="push"), None
+    with shared_scope():
+        sync_optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0),
+            replicas_to_aggregate=sync_replicas,
+            total_num_replicas=sync_replicas,
+        )
+        gradients = zip(pseudo_gradients, weights, strict=True)
+        return sync_optimizer.apply_gradients(gradients, global_step=global_step), sync_optimizer
+
+
+def _finish(
+    config: TrainerConfig, shared: _Shared, kl: tf.Tensor
+) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor], dict[str, Any]]:
+    """The end of an iteration: its placeholders (env_steps and the normalisers' sums, by name), its metrics
+    (the mean KL) and the state read after it counted the iteration, added the sums and adapted the KL
+    penalty."""
+    v1 = tf.compat.v1
+    feeds = {
         "env_steps": v1.placeholder(tf.int64, [], "new_env_steps"),
-        **{name: v1.placeholder(tf.float64, var.shape, f"new_{name}") for name, var in statistics.items()},
+        **{name: v1.placeholder(tf.float64, var.shape, f"new_{name}") for name, var in shared.statistics.items()},
     }
+    counters = shared.counters
     mean_kl = tf.reduce_mean(kl)
     updates = [
-        env_steps.assign_add(finish_feeds["env_steps"]),
-        iterations.assign_add(1),
-        *(var.assign_add(finish_feeds[name]) for name, var in statistics.items()),
+        counters["env_steps"].assign_add(feeds["env_steps"]),
+        counters["iterations"].assign_add(1),
+        *(var.assign_add(feeds[name]) for name, var in shared.statistics.items()),
     ]
     if config.objective == "kl_penalty":
-        updates.append(kl_beta.assign(losses.adapted_kl_beta(kl_beta, mean_kl, config.kl_target)))
-    state_variables = [
-        *weights,
-        *statistics.values(),
-        global_step,
-        env_steps,
-        iterations,
-        kl_beta,
-    ]
+        beta = counters["kl_beta"]
+        updates.append(beta.assign(losses.adapted_kl_beta(beta, mean_kl, config.kl_target)))
     with tf.control_dependencies(updates):
-        state_after_finish = [var.read_value() for var in state_variables]
-    local_variables = [v for v in v1.global_variables() if all(v is not s for s in shared_variables)]
+        state = {name: _read(variables) for name, variables in shared.state().items()}
+    return feeds, {"kl": mean_kl}, state
+
+
+def _read(variables: tf.Variable | list[tf.Variable]) -> tf.Tensor | list[tf.Tensor]:
+    if isinstance(variables, list):
+        return [var.read_value() for var in variables]
+    return variables.read_value()
+
+
+def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync_replicas: int) -> _Graph:
+    """`build_graph` with its device scopes made. The variables are created first, in a fixed order, so that
+    their initial values depend only on the seed."""
+    v1 = tf.compat.v1
+    feeds = _placeholders(obs_dim, act_dim)
+    with shared_scope():
+        shared = _Shared.create(config, obs_dim, act_dim)
+    shared_variables = list(v1.global_variables())
+    with local_scope():
+        local = _Local.create(config, obs_dim, act_dim)
+    pull = local.pull(shared)
+    with local_scope():
+        objective = local.objective(config, feeds)
+        train_op, optimizer_metrics = _train_op(config, objective.loss, local)
+    push, sync_optimizer = _push(shared, local, sync_replicas, shared_scope, local_scope)
+    finish_feeds, finish_metrics, state_after_finish = _finish(config, shared, objective.kl)
     return _Graph(
         feeds=feeds,
-        networks=networks,
+        networks=shared.networks,
         pull=pull,
         train_op=train_op,
-        train_metrics=train_metrics,
+        train_metrics={**objective.metrics, **optimizer_metrics},
         push=push,
         finish_feeds=finish_feeds,
-        finish_metrics={"kl": mean_kl},
-        state_variables=state_variables,
+        finish_metrics=finish_metrics,
+        state=shared.state(),
         state_after_finish=state_after_finish,
         shared_variables=shared_variables,
-        local_variables=local_variables,
+        local_variables=[v for v in v1.global_variables() if all(v is not s for s in shared_variables)],
         sync_optimizer=sync_optimizer,
     )
 
@@ -389,7 +411,7 @@ class Learner:
         self.session.run(self._g.pull)
 
     def state(self) -> LearnerState:
-        return self._unpack(self.session.run(self._g.state_variables))
+        return self._unpack(self.session.run(self._g.state))
 
     def update(self, batch: Batch, rng: np.random.Generator) -> dict[str, float]:
         """`epochs` passes of minibatch Adam steps over `batch` on the local copy of the shared weights,
@@ -489,20 +511,23 @@ class Learner:
             feeds["returns"]: batch.returns[index],
         }
 
-    def _unpack(self, values: list[np.ndarray]) -> LearnerState:
-        num_weights = len(self._g.networks.variables())
-        weights, rest = values[:num_weights], values[num_weights:]
-        obs_count, obs_sum, obs_sumsq, ret_count, ret_sum, ret_sumsq, global_step, env_steps, iterations, beta = rest
-        policy = NumpyPolicy.from_values(weights, len(self._g.networks.policy), self.config.activation)
+    def _unpack(self, values: dict[str, Any]) -> LearnerState:
+        """The `LearnerState` of the values of `_Graph.state` (or `state_after_finish`), fetched by name."""
+        policy = NumpyPolicy.from_values(values["weights"], len(self._g.networks.policy), self.config.activation)
         return LearnerState(
             policy=policy,
-            observation_moments=Moments(float(obs_count), obs_sum, obs_sumsq),
-            return_moments=Moments(float(ret_count), np.asarray(ret_sum), np.asarray(ret_sumsq)),
-            global_step=int(global_step),
-            env_steps=int(env_steps),
-            iterations=int(iterations),
-            kl_beta=float(beta),
+            observation_moments=_moments(values, "observation"),
+            return_moments=_moments(values, "return"),
+            global_step=int(values["global_step"]),
+            env_steps=int(values["env_steps"]),
+            iterations=int(values["iterations"]),
+            kl_beta=float(values["kl_beta"]),
         )
+
+
+def _moments(values: dict[str, Any], prefix: str) -> Moments:
+    count, total, squares = (values[f"{prefix}_{part}"] for part in ("count", "sum", "sumsq"))
+    return Moments(float(count), np.asarray(total), np.asarray(squares))
 
 
 def vector_size(shape: tuple[int, ...]) -> int:

@@ -17,25 +17,24 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 import numpy as np
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import checkpoints, distributed, rollouts, rundir
-from agents_operator.trainer.learner import Batch, Learner, LearnerState, vector_size
+from agents_operator.tfconfig import EnvServers
+from agents_operator.trainer import checkpoints, distributed, rundir, visualize
+from agents_operator.trainer.envs import remote
+from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.episodes import LocalEpisodes
+from agents_operator.trainer.envs.remote import RemoteBatchEnv
+from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.ppo.networks import NumpyPolicy
 from agents_operator.trainer.progress import Progress
+from agents_operator.trainer.sampling import samplers
+from agents_operator.trainer.sampling.training_env import TrainingEnv
 from agents_operator.trainer.summaries import SummaryWriter
-from agents_operator.trainer.wrappers import LocalEpisodes, TrainingEnv
-
-if TYPE_CHECKING:
-    from agents_operator.tfconfig import EnvServers
-    from agents_operator.trainer.envs import BatchEnv
-    from agents_operator.trainer.envserver.client import RemoteBatchEnv
-    from agents_operator.trainer.rollouts import Rollout
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training environments
 
@@ -51,64 +50,6 @@ class RunResult:
     sampling_steps: int = 0
     sampling_seconds: float = 0.0
     wall_seconds: float = 0.0
-
-
-class Sampler:
-    """Colocated sampling: turns rollouts of a `BatchEnv` into PPO batches, the policy acting in the worker
-    processes for their own environments (`BatchEnv.collect`), with no exchange per step.
-
-    Every rollout acts on its first observations as they were normalised at the end of the previous one.
-    """
-
-    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
-        self.env = env
-        self.config = config
-        self.rng = rng
-        self.raw_observations = env.reset()
-        self.observations = env.observations.normalize(self.raw_observations)
-
-    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
-        """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
-        noise = self.rng.standard_normal(shape, dtype=np.float32)
-        rollout = self._rollout(policy, noise)
-        result = rollouts.to_batch(rollout, self.env, policy, self.config, self.observations)
-        self.raw_observations = rollout.observations[-1]
-        self.observations = self.env.observations.normalize(self.raw_observations)
-        return result
-
-    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
-        return self.env.env.collect(policy, self.env.observations, noise, self.observations)
-
-
-class StepSampler(Sampler):
-    """`Sampler` over env servers in step mode: the policy acts here, one round trip per step and server
-    (`rollouts.run`, the servers pipelined). Same batches as `Sampler` over a `BatchEnv` grouped as the
-    servers are."""
-
-    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
-        return rollouts.run(
-            self.env.env, self.raw_observations, policy, self.env.observations, noise, self.observations
-        )
-
-
-class RolloutSampler:
-    """A drop-in for `Sampler` over env servers in rollout mode: the servers collect whole rollouts
-    (`RemoteBatchEnv.collect`), normalising a rollout's first observations with its own statistics (see
-    `rollouts`); the random generator is used exactly as `Sampler` uses it."""
-
-    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
-        self.env = env
-        self.config = config
-        self.rng = rng
-        env.reset()
-
-    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
-        """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
-        noise = self.rng.standard_normal(shape, dtype=np.float32)
-        rollout = self.env.env.collect(policy, self.env.observations, noise)
-        return rollouts.to_batch(rollout, self.env, policy, self.config)
 
 
 def train(
@@ -165,7 +106,7 @@ def train(
         _share_statistics(env, state)
         outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
         rng = np.random.default_rng([config.seed, worker, state.iterations])
-        sampler = _sampler(env, config, rng, env_servers)
+        sampler = samplers.for_placement(env, config, rng, env_servers)
         result = outputs.result
         while not _finished(state, config, cluster):
             begin = time.monotonic()
@@ -217,8 +158,6 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
     """The worker's environments: its own subprocesses, or those of its env servers (seeded by whoever
     started them: the operator, with the seeds these would have had)."""
     if env_servers is None:
-        from agents_operator.trainer.envs import BatchEnv
-
         return BatchEnv(
             config.env_id,
             config.envs_per_worker,
@@ -226,9 +165,7 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
             seed=config.seed + worker * config.envs_per_worker,
             max_episode_steps=config.max_episode_steps,
         )
-    from agents_operator.trainer.envserver import client
-
-    env = client.connect(list(env_servers.addresses), config.env_id)
+    env = remote.connect(list(env_servers.addresses), config.env_id)
     if env.num_envs != config.envs_per_worker:
         env.close()
         raise ValueError(
@@ -236,17 +173,6 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
             f"envs_per_worker is {config.envs_per_worker}"
         )
     return env
-
-
-def _sampler(
-    env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator, env_servers: EnvServers | None
-) -> Sampler | RolloutSampler:
-    """Colocated sampling, env servers stepped per step, or whole rollouts collected by the env servers."""
-    if env_servers is None:
-        return Sampler(env, config, rng)
-    if env_servers.mode == "rollout":
-        return RolloutSampler(env, config, rng)
-    return StepSampler(env, config, rng)
 
 
 def _ps_share(timings: dict[str, float]) -> float:
@@ -275,8 +201,6 @@ def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
 def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:
     """Render the final policy to videos/final.gif, here or by `env_server`; a failure to render is reported,
     never fatal."""
-    from agents_operator.trainer import visualize
-
     out = logdir / rundir.VIDEO
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

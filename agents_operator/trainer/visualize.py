@@ -14,8 +14,10 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
+from agents_operator.trainer.envs import remote
+from agents_operator.trainer.envs.episodes import LocalEpisodes
+from agents_operator.trainer.learner import Learner, vector_size
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.wrappers import LocalEpisodes
 
 FORMATS = (".gif", ".mp4")
 _DEFAULT_FPS = 30
@@ -64,14 +66,10 @@ def render(
 ) -> tuple[list[float], Path]:
     """Write `episodes` episodes of the run's latest policy to `out`, played here or by the env server at
     `env_server` (HOST:PORT); returns their returns and the checkpoint."""
-    from agents_operator.trainer.learner import Learner, vector_size
-
     if env_server is None:
         source = LocalEpisodes(config.env_id, config.max_episode_steps, render=True)
     else:
-        from agents_operator.trainer.envserver import client
-
-        source = client.connect([env_server], config.env_id)
+        source = remote.connect([env_server], config.env_id)
     with source:
         learner = Learner(config, vector_size(source.observation_shape), vector_size(source.action_shape))
         try:

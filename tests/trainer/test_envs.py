@@ -19,9 +19,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents_operator.trainer.envs import BatchEnv, EnvProcessError, make_env, usable_cpus
+from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.make import make_env, usable_cpus
+from agents_operator.trainer.envs.types import EnvProcessError
 from agents_operator.trainer.normalize import Normalizer
-from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -302,9 +304,9 @@ PARENT = textwrap.dedent(
     """
     import signal, sys, time
     import numpy as np
-    from agents_operator.trainer.envs import BatchEnv
+    from agents_operator.trainer.envs.batch import BatchEnv
     from agents_operator.trainer.normalize import Normalizer
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
+    from agents_operator.trainer.ppo.policy import NumpyPolicy
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
     layer = lambda m, n: (np.zeros((m, n), np.float32), np.zeros(n, np.float32))

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import rollouts
-from agents_operator.trainer.envs import BatchEnv
+from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.remote import EnvServerError, EnvServerUnavailable, RemoteBatchEnv
 from agents_operator.trainer.envserver import protocol, server
-from agents_operator.trainer.envserver.client import EnvServerError, EnvServerUnavailable, RemoteBatchEnv
 from agents_operator.trainer.normalize import Moments
-from agents_operator.trainer.ppo.networks import NumpyPolicy
-from agents_operator.trainer.wrappers import TrainingEnv
+from agents_operator.trainer.ppo.policy import NumpyPolicy
+from agents_operator.trainer.sampling.rollout import Rollout
+from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 from .cli import run
 from .envserver_envs import RAISING
@@ -318,7 +318,7 @@ def sample(env: TrainingEnv, sampler_type: type, rollouts: int = 2) -> tuple[lis
 
 
 def test_rollout_mode_builds_the_batch_the_local_sampler_builds() -> None:
-    from agents_operator.trainer.loop import RolloutSampler, Sampler
+    from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
 
     limit = {"max_episode_steps": 20}
     with BatchEnv("Pendulum-v1", 3, envs_per_process=3, seed=11, **limit) as batch_env:
@@ -342,7 +342,7 @@ def test_where_the_policy_acts_changes_nothing_and_grouping_only_rounding() -> N
     """The worker processes acting for their own environments (`Sampler`) or this process acting for each
     process in turn (`StepSampler`): the same rollouts, bit for bit. One process of 3 environments or two
     (2 + 1): the same rollouts but for how the policy's matrix products round on 3 rows or on 2 and 1."""
-    from agents_operator.trainer.loop import Sampler, StepSampler
+    from agents_operator.trainer.sampling.samplers import Sampler, StepSampler
 
     samples = {}
     for envs_per_process, sampler in ((3, Sampler), (2, Sampler), (2, StepSampler)):
@@ -364,11 +364,11 @@ def test_where_the_policy_acts_changes_nothing_and_grouping_only_rounding() -> N
 
 
 def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
-    def part(num_envs: int, episodes: list[tuple[int, int, float]]) -> rollouts.Rollout:
+    def part(num_envs: int, episodes: list[tuple[int, int, float]]) -> Rollout:
         steps = 4
         zeros = np.zeros((steps, num_envs), np.float32)
         ended = np.array(episodes, np.float64).reshape(-1, 3)
-        return rollouts.Rollout(
+        return Rollout(
             observations=np.full((steps + 1, num_envs, 3), num_envs, np.float32),
             actions=np.zeros((steps, num_envs, 1), np.float32),
             log_probs=zeros,
@@ -386,9 +386,7 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
             restarted=np.full(num_envs, num_envs == 1),
         )
 
-    merged = rollouts.Rollout.concatenate(
-        [part(2, [(1, 0, -1.0), (3, 1, -2.0)]), part(1, [(0, 0, -3.0), (3, 0, -4.0)])]
-    )
+    merged = Rollout.concatenate([part(2, [(1, 0, -1.0), (3, 1, -2.0)]), part(1, [(0, 0, -3.0), (3, 0, -4.0)])])
     assert merged.observations.shape == (5, 3, 3) and merged.observations[0, :, 0].tolist() == [2, 2, 1]
     assert merged.episode_returns.tolist() == [-3.0, -1.0, -2.0, -4.0]  # by step, then environment
     assert merged.episode_envs.tolist() == [2, 0, 1, 2] and merged.episode_steps.tolist() == [0, 1, 3, 3]
@@ -428,7 +426,7 @@ def test_rollout_mode_resends_a_rollout_to_a_restarted_server() -> None:
 
 def test_ppo_trains_on_remote_environments_in_both_modes() -> None:
     from agents_operator.trainer.learner import Learner
-    from agents_operator.trainer.loop import RolloutSampler, StepSampler
+    from agents_operator.trainer.sampling.samplers import RolloutSampler, StepSampler
 
     config = TrainerConfig(
         env_id="Pendulum-v1", envs_per_worker=4, rollout_steps=256, minibatches=4, epochs=2, total_steps=3072

@@ -1,4 +1,4 @@
-"""Evaluate: an env server plays evaluation episodes exactly as `wrappers.run_episodes` does here."""
+"""Evaluate: an env server plays evaluation episodes exactly as `episodes.run_episodes` does here."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import grpc
 import numpy as np
 import pytest
 
-from agents_operator.trainer.envs import BatchEnv, make_env
+from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.episodes import LocalEpisodes, run_episodes
+from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.envs.remote import EnvServerError, RemoteBatchEnv
 from agents_operator.trainer.envserver import server
-from agents_operator.trainer.envserver.client import EnvServerError, RemoteBatchEnv
 from agents_operator.trainer.normalize import Moments, Normalizer
-from agents_operator.trainer.wrappers import LocalEpisodes, run_episodes
 
 from .envserver_envs import RAISING
 from .test_envserver import FAST, ROLLOUT_CONFIG, random_actions, random_policy, serving

@@ -15,7 +15,7 @@ import pytest
 from agents_operator import presets, tfconfig
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
-from agents_operator.trainer import envs, evaluator, loop, visualize
+from agents_operator.trainer import evaluator, loop, visualize
 from agents_operator.trainer.summaries import read_scalars
 
 from .cli import run
@@ -120,7 +120,7 @@ def no_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the trainer process made an environment")
 
     monkeypatch.setattr(gymnasium, "make", refuse)
-    monkeypatch.setattr(envs, "BatchEnv", refuse)
+    monkeypatch.setattr(loop, "BatchEnv", refuse)  # where the trainer looks it up
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import numpy as np
 
 from agents_operator import presets
 from agents_operator.trainer import loop
-from agents_operator.trainer.envs import make_env
+from agents_operator.trainer.envs.make import make_env
 
 
 def _random_policy_return(env_id, episodes=10):

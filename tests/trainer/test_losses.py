@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from agents_operator.trainer.ppo import losses
-from agents_operator.trainer.ppo.networks import gaussian_log_prob_np
+from agents_operator.trainer.ppo.policy import gaussian_log_prob_np
 
 
 @pytest.fixture(scope="module")

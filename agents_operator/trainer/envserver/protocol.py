@@ -16,15 +16,16 @@ token `session`, see `server.EnvService`):
     Spec      {}                                  -> env_id, num_envs, observation_shape, action_shape,
                                                      action_low, action_high, render_fps
     Reset     {session}                           -> observations, session
-    Step      {actions, session}                  -> the fields of `envs.StepResult`
+    Step      {actions, session}                  -> the fields of `envs.types.StepResult`
     Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
-               normalize_observations, noise, session}  -> the fields of `rollouts.Rollout`
+               normalize_observations, noise, session}  -> the fields of `sampling.rollout.Rollout`
+              (`collect_message`: the policy's fields are `policy_message`, read back by `parse_policy`)
     Evaluate  {the policy fields of Collect, episodes, seed}
                                                   -> returns, lengths
     Render    {the fields of Evaluate}            -> a stream: {frames} (uint8, at most half a message each)
                                                      ..., then {returns, lengths}
 
-Evaluate and Render play `wrappers.run_episodes` on an environment of their own, apart from the batch: they
+Evaluate and Render play `envs.episodes.run_episodes` on an environment of their own, apart from the batch: they
 need no session and leave the batch's episodes as they are.
 
 A request the server will not run (it does not decode, a field is missing, out of range or not finite, see
@@ -46,6 +47,9 @@ import struct
 from typing import Any
 
 import numpy as np
+
+from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 SERVICE = "agents.EnvServer"
 METHODS = ("Spec", "Reset", "Step", "Collect", "Evaluate")  # unary: one request, one reply
@@ -151,3 +155,35 @@ def decode(data: bytes) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ProtocolError("a message must be a JSON object")
     return message
+
+
+# --- the policy in a message: Collect and Evaluate here, a rollout sent to a `BatchEnv` worker process -----
+
+
+def policy_message(policy: NumpyPolicy, observations: Normalizer) -> dict[str, Any]:
+    """The policy and the observation statistics it acts with, as Collect and Evaluate requests carry them."""
+    weights = [array for layer in policy.policy for array in layer] + [policy.log_std]
+    weights += [array for layer in policy.value for array in layer]
+    moments = observations.shared
+    return {
+        "weights": weights,
+        "num_policy_layers": len(policy.policy),
+        "activation": policy.activation,
+        "observation_moments": [moments.count, np.asarray(moments.sum), np.asarray(moments.sumsq)],
+        "clip_observations": observations.clip,
+        "normalize_observations": observations.enabled,
+    }
+
+
+def collect_message(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
+    """A Collect request (without the session): the policy, the observation statistics and the noise."""
+    return {**policy_message(policy, observations), "noise": noise}
+
+
+def parse_policy(message: dict[str, Any], observation_shape: tuple[int, ...]) -> tuple[NumpyPolicy, Normalizer]:
+    """The policy and the normaliser of a Collect or Evaluate request, as the trainer had them."""
+    policy = NumpyPolicy.from_values(list(message["weights"]), message["num_policy_layers"], message["activation"])
+    normalizer = Normalizer(observation_shape, message["clip_observations"], message["normalize_observations"])
+    count, total, squares = message["observation_moments"]
+    normalizer.shared = Moments(float(count), total, squares)
+    return policy, normalizer

@@ -24,7 +24,7 @@ ended (its deadline passed, its client cancelled it, or the server is stopping).
 worker processes, which cannot look at the call: when it ends, a watching thread kills them, the session
 ends and the next Reset makes a fresh batch. `Limits.max_rollout_steps` bounds a Collect as well.
 
-Evaluate plays whole episodes of the deterministic policy (`wrappers.run_episodes`) on an environment of
+Evaluate plays whole episodes of the deterministic policy (`episodes.run_episodes`) on an environment of
 its own, made in the server process on first use, so that evaluating needs no simulator in the trainer and
 leaves the batch's episodes and session alone; Render does the same on a rendering environment and streams
 the frames in chunks of at most half a message.
@@ -51,10 +51,11 @@ import grpc
 import gymnasium
 import numpy as np
 
-from agents_operator.trainer.envs import BatchEnv, EnvProcessError
+from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.episodes import LocalEpisodes, run_episodes
+from agents_operator.trainer.envs.types import EnvProcessError
 from agents_operator.trainer.envserver import DEFAULT_PORT, protocol, requests
 from agents_operator.trainer.envserver.requests import Limits, Refused
-from agents_operator.trainer.wrappers import LocalEpisodes, run_episodes
 
 _LOG = logging.getLogger(__name__)
 _GRACE_SECONDS = 1.0
@@ -322,7 +323,7 @@ class EnvService:
         call: _Call,
         on_frame: Callable[[np.ndarray], None] | None,
     ) -> dict[str, Any]:
-        """`wrappers.run_episodes` on `episodes`' environment, stopped within a step once the call ends."""
+        """`episodes.run_episodes` on `episodes`' environment, stopped within a step once the call ends."""
         count, seed = requests.episodes(message, self.limits)
         policy, normalizer = requests.policy(message, episodes.observation_shape, episodes.action_shape)
         returns, lengths = run_episodes(_Watched(episodes.env, call), policy, normalizer, count, seed, on_frame)

@@ -1,14 +1,15 @@
-"""Rollouts: the one sampling loop (`run`), what it returns (`Rollout`) and the PPO batch made of it.
+"""Rollouts: the one sampling loop (`run`) and what it returns (`Rollout`).
 
 `run` steps a batch of environments through a rollout with a snapshot of the policy (a `NumpyPolicy` and
 the observation statistics), group by group (`groups` of the batch: a worker process, an env server): as
 soon as one group's step returns, the policy acts for it and sends it on while the others simulate. It
 runs wherever the policy acts:
 - in each worker process of a `BatchEnv`, for that process's environments (`BatchEnv.collect`): the
-  trainer's colocated sampling (`loop.Sampler`) and an env server's rollout mode, with no exchange per step;
-- in the trainer, over env servers in step mode (`loop.StepSampler`), one round trip per step and server.
-`to_batch` then feeds the trainer's observation normaliser and reward scaler in time order and builds the
-PPO `Batch`.
+  trainer's colocated sampling (`samplers.Sampler`) and an env server's rollout mode, with no exchange per
+  step;
+- in the trainer, over env servers in step mode (`samplers.StepSampler`), one round trip per step and server.
+`batch.to_batch` then feeds the trainer's observation normaliser and reward scaler in time order and builds
+the PPO `Batch`.
 
 The trainer draws a rollout's noise from its own random generator up front, and every group acts with its
 own rows of it, so a rollout does not depend on where it was collected or on timing: same seeds, weights
@@ -19,25 +20,19 @@ of a rollout as it was normalised at the end of the previous one (`first_acting`
 servers normalise every observation of a rollout with that rollout's statistics. Both are equal while
 the statistics do not change.
 
-Everything here but `to_batch` is numpy only: worker processes and env servers import no TensorFlow.
+Numpy only: worker processes and env servers import no TensorFlow (tests/test_layering.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from agents_operator.trainer.normalize import Moments, Normalizer
-from agents_operator.trainer.ppo import returns
-from agents_operator.trainer.ppo.networks import NumpyPolicy
-
-if TYPE_CHECKING:
-    from agents_operator.config import TrainerConfig
-    from agents_operator.trainer.envs import StepResult
-    from agents_operator.trainer.learner import Batch
-    from agents_operator.trainer.wrappers import TrainingEnv
+from agents_operator.trainer.envs.types import StepResult
+from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 
 @dataclass
@@ -100,41 +95,6 @@ class Rollout:
         for name in ("episode_steps", "episode_envs", "episode_returns", "episode_lengths"):
             merged[name] = merged[name][order]
         return cls(**merged)
-
-
-# --- the request --------------------------------------------------------------------------------------
-
-
-def policy_message(policy: NumpyPolicy, observations: Normalizer) -> dict[str, Any]:
-    """The policy and the observation statistics it acts with, as Collect and Evaluate requests carry them."""
-    weights = [array for layer in policy.policy for array in layer] + [policy.log_std]
-    weights += [array for layer in policy.value for array in layer]
-    moments = observations.shared
-    return {
-        "weights": weights,
-        "num_policy_layers": len(policy.policy),
-        "activation": policy.activation,
-        "observation_moments": [moments.count, np.asarray(moments.sum), np.asarray(moments.sumsq)],
-        "clip_observations": observations.clip,
-        "normalize_observations": observations.enabled,
-    }
-
-
-def request(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
-    """A Collect request (without the session): the policy, the observation statistics and the noise."""
-    return {**policy_message(policy, observations), "noise": noise}
-
-
-def parse_request(message: dict[str, Any], observation_shape: tuple[int, ...]) -> tuple[NumpyPolicy, Normalizer]:
-    """The policy and the normaliser of a Collect or Evaluate request, as the trainer had them."""
-    policy = NumpyPolicy.from_values(list(message["weights"]), message["num_policy_layers"], message["activation"])
-    normalizer = Normalizer(observation_shape, message["clip_observations"], message["normalize_observations"])
-    count, total, squares = message["observation_moments"]
-    normalizer.shared = Moments(float(count), total, squares)
-    return policy, normalizer
-
-
-# --- the server side ----------------------------------------------------------------------------------
 
 
 class Groups(Protocol):
@@ -224,56 +184,3 @@ def run(
         episode_lengths=np.array(episode_lengths, np.int64),
         restarted=np.zeros(n, bool),
     )
-
-
-# --- the trainer side ---------------------------------------------------------------------------------
-
-
-def to_batch(
-    rollout: Rollout,
-    env: TrainingEnv,
-    policy: NumpyPolicy,
-    config: TrainerConfig,
-    first_acting: np.ndarray | None = None,
-) -> tuple[Batch, list[float], list[int]]:
-    """The PPO batch, episode returns and lengths of a rollout; `first_acting` as given to `run`.
-
-    Feeds `env`'s observation normaliser and reward scaler with the rollout, step by step in time order,
-    scales the rewards, and computes GAE with bootstrapping from `final_values` at truncations and from
-    `last_values` after the last step.
-    """
-    from agents_operator.trainer.learner import Batch  # imports TensorFlow, which the servers never need
-
-    steps, n = rollout.rewards.shape
-    if rollout.restarted.any():
-        # The discarded episodes' discounted returns must not run on into the new ones.
-        env.rewards.returns[rollout.restarted] = 0.0
-        env.observations.observe(rollout.observations[0][rollout.restarted])
-    done = rollout.terminated | rollout.truncated
-    for t in range(steps):
-        env.observations.observe(rollout.observations[t + 1])
-        env.rewards.track(rollout.rewards[t], done[t])
-    acting = env.observations.normalize(rollout.observations[:steps])
-    if first_acting is not None:
-        acting[0] = first_acting
-    next_values = returns.next_values(rollout.values, rollout.last_values, rollout.final_values, done)
-    advantages, value_targets = returns.gae(
-        env.rewards.scale(rollout.rewards),
-        rollout.values,
-        next_values,
-        rollout.terminated,
-        rollout.truncated,
-        config.discount,
-        config.gae_lambda,
-    )
-    batch = Batch(
-        observations=acting.reshape(steps * n, -1),
-        actions=rollout.actions.reshape(steps * n, -1),
-        log_probs=rollout.log_probs.reshape(-1),
-        means=rollout.means.reshape(steps * n, -1),
-        log_std=policy.log_std.astype(np.float32),
-        values=rollout.values.reshape(-1),
-        advantages=advantages.reshape(-1),
-        returns=value_targets.reshape(-1),
-    )
-    return batch, rollout.episode_returns.tolist(), rollout.episode_lengths.tolist()

@@ -1,12 +1,8 @@
-"""Everything between the policy and the environments, in one place.
+"""Whole episodes of the deterministic policy (the Gaussian's mean) on one environment: evaluations and videos.
 
-In order, from the simulator outwards: the time limit (`max_episode_steps`) and float32 observations,
-applied by `envs.make_env` in the environment processes; action clipping to the action bounds, which
-`BatchEnv.step` does as it writes the actions to the workers (and `run_episodes` here for its single
-environment); then here, streaming observation normalisation and reward scaling (applied to a whole
-rollout once it is complete, see `RewardScaler`). The policy samples
-unbounded Gaussian actions; only the clipped copy reaches the environment, and the update uses the
-sampled one, so the log-probabilities stay those of the Gaussian.
+`run_episodes` plays them on an environment it is given (an env server's own, in `envserver.server`);
+`LocalEpisodes` on one of this process's, made on first use. `remote.RemoteBatchEnv.run_episodes` plays the same
+episodes on an env server.
 """
 
 from __future__ import annotations
@@ -15,35 +11,13 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+import gymnasium
 import numpy as np
 
-from agents_operator.config import TrainerConfig
-from agents_operator.trainer.normalize import Normalizer, RewardScaler
-
-if TYPE_CHECKING:
-    import gymnasium
-
-    from agents_operator.trainer.envs import BatchEnv
-    from agents_operator.trainer.envserver.client import RemoteBatchEnv
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
-
-
-class TrainingEnv:
-    """A `BatchEnv` or `RemoteBatchEnv` (both clip actions) with the statistics that normalise its
-    observations and scale its rewards; `rollouts.to_batch` feeds them a rollout at a time."""
-
-    def __init__(self, env: BatchEnv | RemoteBatchEnv, config: TrainerConfig):
-        self.env = env
-        self.observations = Normalizer(env.observation_shape, config.clip_observations, config.normalize_observations)
-        self.rewards = RewardScaler(env.num_envs, config.discount, config.clip_rewards, config.normalize_rewards)
-
-    def reset(self) -> np.ndarray:
-        """Reset every environment and count the first observations in the statistics; returns them raw."""
-        observations = self.env.reset()
-        self.observations.observe(observations)
-        return observations
+from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 
 def run_episodes(
@@ -84,7 +58,7 @@ class LocalEpisodes:
     """`run_episodes` on one environment of this process, made on first use; with `render`, one that renders
     rgb frames.
 
-    `envserver.client.RemoteBatchEnv` has the same `run_episodes`, `observation_shape`, `action_shape` and
+    `remote.RemoteBatchEnv` has the same `run_episodes`, `observation_shape`, `action_shape` and
     `render_fps`, so evaluations and videos play their episodes on either.
     """
 
@@ -95,8 +69,6 @@ class LocalEpisodes:
 
     @functools.cached_property
     def env(self) -> gymnasium.Env:
-        from agents_operator.trainer.envs import make_env
-
         if self.render:
             # pygame (classic-control rendering) draws on plain surfaces; without a display driver set, SDL
             # looks for one and complains on stderr. pygame still imports the deprecated pkg_resources.

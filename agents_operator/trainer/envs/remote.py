@@ -1,4 +1,5 @@
-"""`RemoteBatchEnv`: the environments of one or more env servers as one batch, a drop-in for `BatchEnv`.
+"""`RemoteBatchEnv`: the environments of one or more env servers as one batch, a drop-in for `BatchEnv`; the
+client of `envserver`.
 
 The batch is the servers' environments in the order of `addresses`: with servers of 4 and 2 environments,
 environments 0-3 live on the first, 4-5 on the second. Every call goes to all servers at once, so their
@@ -41,18 +42,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import numpy as np
 
-from agents_operator.trainer import rollouts
-from agents_operator.trainer.envs import BatchChecks, StepResult
+from agents_operator.trainer.envs.types import BatchChecks, StepResult
 from agents_operator.trainer.envserver import protocol
-
-if TYPE_CHECKING:
-    from agents_operator.trainer.normalize import Normalizer
-    from agents_operator.trainer.ppo.networks import NumpyPolicy
+from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.policy import NumpyPolicy
+from agents_operator.trainer.sampling.rollout import Rollout
 
 _LOG = logging.getLogger(__name__)
 _BACKOFF_START_SECONDS = 0.1
@@ -265,12 +264,12 @@ class RemoteBatchEnv(BatchChecks):
         server.observations = part.observations
         return part
 
-    def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> rollouts.Rollout:
+    def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> Rollout:
         """Rollout mode: each server acts with `policy` for `len(noise)` steps of its environments, normalising
         observations with `observations`' shared statistics and sampling with `noise` (T, num_envs, act_dim)."""
         if not self._was_reset:
             raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before collect()")
-        request = rollouts.request(policy, observations, noise)
+        request = protocol.collect_message(policy, observations, noise)
 
         def message(server: _Server) -> dict[str, Any]:
             return {**request, "noise": noise[:, server.rows], "session": server.session}
@@ -282,7 +281,7 @@ class RemoteBatchEnv(BatchChecks):
                 restarted = False
                 while True:
                     try:
-                        part = rollouts.Rollout.from_message(reply())
+                        part = Rollout.from_message(reply())
                         server.failures = 0
                         break
                     except _Fault as fault:
@@ -292,7 +291,7 @@ class RemoteBatchEnv(BatchChecks):
                 part.restarted[:] = restarted
                 server.observations = part.observations[-1]
                 parts.append(part)
-            return rollouts.Rollout.concatenate(parts)
+            return Rollout.concatenate(parts)
 
     def run_episodes(
         self,
@@ -302,14 +301,14 @@ class RemoteBatchEnv(BatchChecks):
         seed: int,
         on_frame: Callable[[np.ndarray], None] | None = None,
     ) -> tuple[list[float], list[int]]:
-        """`wrappers.run_episodes`, played by the first server on an environment of its own (the batch's
+        """`episodes.run_episodes`, played by the first server on an environment of its own (the batch's
         episodes go on undisturbed): the same returns and lengths for the same policy and seed.
 
         With `on_frame`, the server renders (Render) and sends each episode's frames in chunks of at most half
         a message, which are passed to `on_frame` as they come; each episode is a call of its own, so that the
         server holds one episode's frames at most.
         """
-        request = rollouts.policy_message(policy, observations)
+        request = protocol.policy_message(policy, observations)
         calls = [(seed + episode, 1) for episode in range(episodes)] if on_frame is not None else [(seed, episodes)]
         returns: list[float] = []
         lengths: list[int] = []

@@ -1,0 +1,22 @@
+"""The environments a worker trains on, wherever they run, and the episodes it evaluates on.
+
+- `types`: what every batch shares: `StepResult`, `EnvProcessError`, `BatchChecks`.
+- `make`: one environment (`make_env`) and the CPUs a batch may use.
+- `batch`: `BatchEnv`, the batch stepped by worker subprocesses (the parent's side); `worker`: what runs in
+  those processes; `shared`: the memory both sides share.
+- `remote`: `RemoteBatchEnv`, the environments of env servers with `BatchEnv`'s interface (the client of
+  `envserver`).
+- `episodes`: whole episodes of the deterministic policy on one environment (evaluations, videos).
+
+Between the policy and the simulator, in order from the simulator outwards: the time limit and float32
+observations (`make_env`, in the environment processes); action clipping to the action bounds, which a batch
+does as it hands the actions to its environments (and `episodes.run_episodes` for its single environment);
+then, in the trainer, streaming observation normalisation and reward scaling (`sampling.training_env`),
+applied to a whole rollout once it is complete. The policy samples unbounded Gaussian actions; only the
+clipped copy reaches the environment, and the update uses the sampled one, so the log-probabilities stay those
+of the Gaussian.
+
+This package imports no TensorFlow (tests/test_layering.py): its modules run in environment processes and env
+servers. Import the modules, not the package: it re-exports nothing, so that a worker process loads only
+what it runs.
+"""

@@ -1,0 +1,136 @@
+"""The worker side of a `BatchEnv`: the main loop of one worker process and its environments.
+
+A worker process is a fresh interpreter that runs `serve`: it makes its environments, steps them through the
+shared memory on the parent's command, and runs whole rollouts of them (`collect`) with the policy the parent
+sends. It catches every exception and sends its traceback back to be re-raised, ignores SIGINT (the parent
+shuts it down) and exits when its pipe reaches end-of-file or its parent changes (checked while it waits and at
+every step of a rollout it runs).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
+from agents_operator.trainer.envs.types import StepResult
+from agents_operator.trainer.envserver import protocol
+from agents_operator.trainer.sampling.rollout import Rollout, run
+
+
+class _Worker:
+    """The environments of one worker process and the commands the parent sends them."""
+
+    def __init__(self, buffer_fd: int, parent: int) -> None:
+        self._buffer_fd = buffer_fd
+        self.parent = parent  # the pid of the process that started this one
+        self._envs: list[gym.Env] = []
+        self._seeds: list[int | None] = []
+        self._first_index = 0
+        self._current = 0
+
+    def start(
+        self, env_id: str, max_episode_steps: int | None, first_index: int, seed: int, count: int
+    ) -> tuple[gym.Space, gym.Space]:
+        self._first_index = first_index
+        for index in range(count):
+            self._current = index
+            self._envs.append(make_env(env_id, max_episode_steps))
+        self._seeds = [seed + first_index + index for index in range(count)]
+        self._returns = [0.0] * count
+        self._lengths = [0] * count
+        return self._envs[0].observation_space, self._envs[0].action_space
+
+    def attach(self, layout: Layout, start: int, stop: int) -> None:
+        self._memory = mmap.mmap(self._buffer_fd, layout.nbytes)
+        os.close(self._buffer_fd)
+        self._shared = layout.arrays(self._memory).rows(start, stop)
+
+    def reset(self) -> None:
+        for index, env in enumerate(self._envs):
+            self._current = index
+            self._shared.observations[index] = env.reset(seed=self._seeds[index])[0]
+            self._seeds[index] = None
+            self._returns[index], self._lengths[index] = 0.0, 0
+        self._shared.final_observations[:] = self._shared.observations
+
+    def step(self) -> tuple[list[float], list[int]]:
+        shared, returns, lengths = self._shared, [], []
+        for index, env in enumerate(self._envs):
+            self._current = index
+            observation, reward, terminated, truncated, _ = env.step(shared.actions[index].copy())
+            self._returns[index] += float(reward)
+            self._lengths[index] += 1
+            shared.rewards[index] = reward
+            shared.terminated[index] = terminated
+            shared.truncated[index] = truncated
+            shared.final_observations[index] = observation
+            if terminated or truncated:
+                returns.append(self._returns[index])
+                lengths.append(self._lengths[index])
+                self._returns[index], self._lengths[index] = 0.0, 0
+                observation = env.reset()[0]
+            shared.observations[index] = observation
+        return returns, lengths
+
+    def collect(self, message: dict[str, Any]) -> Rollout:
+        """A rollout of this process's environments from where they are, acting with the message's policy."""
+        policy, normalizer = protocol.parse_policy(message, self._shared.observations.shape[1:])
+        observations, first_acting = self._shared.observations.copy(), message["first_acting"]
+        return run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
+
+    def failure(self) -> tuple[int, str]:
+        return self._first_index + self._current, traceback.format_exc()
+
+
+class _OwnEnvs:
+    """A worker's own environments as the one group that `sampling.rollout.run` steps, in the worker itself."""
+
+    def __init__(self, worker: _Worker):
+        self._worker = worker
+        self.groups = [range(len(worker._envs))]
+        space = worker._envs[0].action_space
+        self._low, self._high = space.low, space.high
+
+    def send_step(self, group: int, actions: np.ndarray) -> None:
+        if os.getppid() != self._worker.parent:
+            raise SystemExit  # orphaned mid-rollout: nobody is left to take it (`serve` lets this through)
+        np.clip(actions, self._low, self._high, out=self._worker._shared.actions)
+        self._episodes = self._worker.step()
+
+    def receive_step(self, group: int) -> StepResult:
+        return self._worker._shared.result(*self._episodes)
+
+
+def serve(channel_fd: int, buffer_fd: int) -> None:
+    """Main loop of a worker process: run the parent's commands until it says close or goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    connection = Connection(channel_fd)
+    worker = _Worker(buffer_fd, os.getppid())
+    while True:
+        try:
+            while not connection.poll(POLL_SECONDS):
+                if os.getppid() != worker.parent:
+                    return
+            command, arguments = pickle.loads(connection.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if command == "close":
+            return
+        try:
+            reply = (True, getattr(worker, command)(*arguments))
+        except Exception:
+            reply = (False, worker.failure())
+        try:
+            connection.send_bytes(pickle.dumps(reply))
+        except OSError:
+            return

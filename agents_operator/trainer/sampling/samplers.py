@@ -1,0 +1,85 @@
+"""The trainer's samplers: each turns rollouts of its batch of environments into PPO batches, one per iteration.
+
+Which one runs depends on where the environments are (`for_placement`): `Sampler` for the worker's own
+`BatchEnv` (the policy acts in its worker processes), `StepSampler` for env servers stepped one step at a time
+(the policy acts here), `RolloutSampler` for env servers that collect whole rollouts. All three use the random
+generator alike, so the batches do not depend on the placement (see `rollout`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents_operator.config import TrainerConfig
+from agents_operator.tfconfig import EnvServers
+from agents_operator.trainer.ppo.policy import NumpyPolicy
+from agents_operator.trainer.sampling.batch import Batch, to_batch
+from agents_operator.trainer.sampling.rollout import Rollout, run
+from agents_operator.trainer.sampling.training_env import TrainingEnv
+
+
+class Sampler:
+    """Colocated sampling: turns rollouts of a `BatchEnv` into PPO batches, the policy acting in the worker
+    processes for their own environments (`BatchEnv.collect`), with no exchange per step.
+
+    Every rollout acts on its first observations as they were normalised at the end of the previous one.
+    """
+
+    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
+        self.env = env
+        self.config = config
+        self.rng = rng
+        self.raw_observations = env.reset()
+        self.observations = env.observations.normalize(self.raw_observations)
+
+    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
+        """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        noise = self.rng.standard_normal(shape, dtype=np.float32)
+        rollout = self._rollout(policy, noise)
+        result = to_batch(rollout, self.env, policy, self.config, self.observations)
+        self.raw_observations = rollout.observations[-1]
+        self.observations = self.env.observations.normalize(self.raw_observations)
+        return result
+
+    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
+        return self.env.env.collect(policy, self.env.observations, noise, self.observations)
+
+
+class StepSampler(Sampler):
+    """`Sampler` over env servers in step mode: the policy acts here, one round trip per step and server
+    (`rollout.run`, the servers pipelined). Same batches as `Sampler` over a `BatchEnv` grouped as the
+    servers are."""
+
+    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
+        return run(self.env.env, self.raw_observations, policy, self.env.observations, noise, self.observations)
+
+
+class RolloutSampler:
+    """A drop-in for `Sampler` over env servers in rollout mode: the servers collect whole rollouts
+    (`RemoteBatchEnv.collect`), normalising a rollout's first observations with its own statistics (see
+    `rollout`); the random generator is used exactly as `Sampler` uses it."""
+
+    def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
+        self.env = env
+        self.config = config
+        self.rng = rng
+        env.reset()
+
+    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
+        """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        noise = self.rng.standard_normal(shape, dtype=np.float32)
+        rollout = self.env.env.collect(policy, self.env.observations, noise)
+        return to_batch(rollout, self.env, policy, self.config)
+
+
+def for_placement(
+    env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator, env_servers: EnvServers | None
+) -> Sampler | RolloutSampler:
+    """Colocated sampling, env servers stepped per step, or whole rollouts collected by the env servers."""
+    if env_servers is None:
+        return Sampler(env, config, rng)
+    if env_servers.mode == "rollout":
+        return RolloutSampler(env, config, rng)
+    return StepSampler(env, config, rng)

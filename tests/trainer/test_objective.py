@@ -1,0 +1,77 @@
+"""The PPO objective, built alone on constants: how it weighs its pieces, for both policy objectives."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer.ppo.objective import ppo_objective
+from agents_operator.trainer.ppo.policy import gaussian_log_prob_np
+
+ACTIONS = np.array([[0.5], [-1.0], [2.0], [0.0]], np.float32)
+MEANS = np.array([[0.0], [0.0], [1.0], [0.5]], np.float32)
+LOG_STD = np.array([-0.5], np.float32)
+ADVANTAGES = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+VALUES = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
+RETURNS = np.array([1.0, 1.0, 0.0, 3.0], np.float32)
+
+
+def _evaluate(config: TrainerConfig, mean: np.ndarray, log_std: np.ndarray, beta: float = 1.0) -> dict:
+    """The objective's loss, per-sample KL and metrics for a policy N(mean, exp(log_std)^2) trained on a batch
+    that the policy N(MEANS, exp(LOG_STD)^2) acted in."""
+    batch = {
+        "actions": ACTIONS,
+        "log_probs": gaussian_log_prob_np((ACTIONS - MEANS) * np.exp(-LOG_STD), LOG_STD),
+        "means": MEANS,
+        "log_std": LOG_STD,
+        "values": VALUES,
+        "advantages": ADVANTAGES,
+        "returns": RETURNS,
+    }
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        objective = ppo_objective(
+            config,
+            {name: tf.constant(value) for name, value in batch.items()},
+            tf.constant(mean),
+            tf.constant(log_std),
+            tf.constant(VALUES),
+            tf.constant(beta),
+        )
+        return session.run({"loss": objective.loss, "kl": objective.kl, **objective.metrics})
+
+
+@pytest.mark.parametrize("objective", ["clip", "kl_penalty"])
+def test_unchanged_policy_weighs_policy_value_and_entropy_as_configured(objective):
+    config = TrainerConfig(env_id="Pendulum-v1", objective=objective, value_coef=0.5, entropy_coef=0.01)
+    out = _evaluate(config, MEANS, LOG_STD)
+    # ratio 1, KL 0: both policy losses are -E[A] of the standardised advantages, i.e. 0.
+    assert out["kl"] == pytest.approx(np.zeros(4), abs=1e-6)
+    assert out["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert out["clipfrac"] == 0.0
+    assert out["policy_loss"] == pytest.approx(0.0, abs=1e-6)
+    assert out["value_loss"] == pytest.approx(0.5 * np.mean((VALUES - RETURNS) ** 2))
+    entropy = float(LOG_STD[0]) + 0.5 * math.log(2 * math.pi * math.e)
+    assert out["entropy"] == pytest.approx(entropy)
+    assert out["loss"] == pytest.approx(0.5 * out["value_loss"] - 0.01 * entropy)
+
+
+def test_advantages_unstandardised_and_clipped_ratio():
+    config = TrainerConfig(env_id="Pendulum-v1", normalize_advantages=False, clip_range=0.2, value_coef=0.0)
+    moved = MEANS + 0.5  # shifts every ratio away from 1
+    out = _evaluate(config, moved, LOG_STD)
+    new = gaussian_log_prob_np((ACTIONS - moved) * np.exp(-LOG_STD), LOG_STD)
+    old = gaussian_log_prob_np((ACTIONS - MEANS) * np.exp(-LOG_STD), LOG_STD)
+    ratio = np.exp(new - old)
+    expected = np.mean(np.maximum(-ADVANTAGES * ratio, -ADVANTAGES * np.clip(ratio, 0.8, 1.2)))
+    assert out["policy_loss"] == pytest.approx(expected, rel=1e-5)
+    assert out["clipfrac"] == pytest.approx(np.mean(np.abs(ratio - 1) > 0.2))
+    assert out["kl"] == pytest.approx(np.full(4, 0.5 * 0.5**2 / np.exp(2 * LOG_STD[0])), rel=1e-5)
+
+
+def test_kl_penalty_weighs_the_kl_with_beta():
+    config = TrainerConfig(env_id="Pendulum-v1", objective="kl_penalty", normalize_advantages=False)
+    moved = MEANS + 0.1
+    low, high = (_evaluate(config, moved, LOG_STD, beta) for beta in (1.0, 3.0))
+    assert high["policy_loss"] - low["policy_loss"] == pytest.approx(2.0 * np.mean(low["kl"]), rel=1e-4)
