@@ -363,7 +363,9 @@ def _load_config(config: kubernetes.client.Configuration, kubeconfig: str | None
         try:
             kubernetes.config.load_incluster_config(client_configuration=config)
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(client_configuration=config)
+            # $KUBECONFIG as it is now: the client's own default was read from it when the client was imported.
+            default = os.environ.get("KUBECONFIG", "~/.kube/config")
+            kubernetes.config.load_kube_config(config_file=default, client_configuration=config)
     except kubernetes.config.ConfigException as error:
         named = f"kubeconfig {kubeconfig or '(default)'}" + (f", context {context}" if context else "")
         raise NoCluster(f"{named}: {error}" if kubeconfig or context else f"no cluster: {IN_CLUSTER_HINT}") from None

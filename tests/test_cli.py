@@ -113,6 +113,7 @@ def test_console_script_runs():
         (["--kubeconfig", "{tmp}/bad"], "agents-operator run: error: kubeconfig {tmp}/bad: not YAML: "),
     ],
 )
+@pytest.mark.timeout(60)  # a cluster found after all means an operator that runs until stopped
 def test_run_without_a_cluster_says_what_is_missing_in_one_line(capsys, monkeypatch, tmp_path, argv, expected):
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):

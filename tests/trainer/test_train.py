@@ -94,7 +94,8 @@ def test_a_run_whose_checkpoints_cannot_be_restored_fails_with_one_line_naming_t
     broken = logdir / "checkpoints" / "ckpt-00000002"
     broken.mkdir(parents=True)
     (broken / "model.index").write_bytes(b"garbage")
-    assert run("train", "--config", "pendulum", *_sets(TINY), "--logdir", logdir, "--resume") == 1
+    sets = _sets([*TINY, "metrics_port=0"])  # the default port may be another test's
+    assert run("train", "--config", "pendulum", *sets, "--logdir", logdir, "--resume") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("agents-operator train: error: none of the 1 checkpoints in ")
     assert "ckpt-00000002: " in err[-1] and "too short to be an sstable" in err[-1]
