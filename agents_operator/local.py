@@ -3,7 +3,7 @@
 Each process gets the command and environment that `render` gives its pod, with the cluster's host names
 mapped to free localhost ports and the run directory moved to a local folder. Restart policies,
 backoffLimit, activeDeadlineSeconds and the success policy are honoured as the operator honours them
-(`policy.py` holds the shared rules); progress comes from the chief's /metrics endpoint, as it does for
+(`lifecycle.py` holds the shared rules); progress comes from the chief's /metrics endpoint, as it does for
 the operator.
 
 Everything a replica serves is for this machine only: its /metrics and env servers listen on loopback
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import localreport, naming, policy, render, sandbox, scrape, tfconfig
+from agents_operator import lifecycle, localreport, naming, render, sandbox, scrape, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.trainer import rundir
 
@@ -300,7 +300,7 @@ class Launcher:
 
     # --- the job -----------------------------------------------------------------------------------------
 
-    def run(self) -> policy.Outcome:
+    def run(self) -> lifecycle.Outcome:
         """Run the job to its end; the outcome says whether it succeeded and why not."""
         self.started, self.since = time.monotonic(), time.time()
         for replica in self.replicas:
@@ -320,14 +320,14 @@ class Launcher:
             self.stop_all()
             self.tracker.finish(self.logdir, self.since)
 
-    def _step(self) -> policy.Outcome | None:
+    def _step(self) -> lifecycle.Outcome | None:
         exited = [replica for replica in self.replicas if self._reap(replica)]
         # A permanent failure ends the job before anything that exited with it is restarted.
         for replica in exited:
             if (
                 replica.sidecar is None
                 and replica.exit_code
-                and not policy.should_restart(replica.restart_policy, replica.exit_code)
+                and not lifecycle.should_restart(replica.restart_policy, replica.exit_code)
             ):
                 return self._fail(
                     replica,
@@ -343,16 +343,16 @@ class Launcher:
                 return self._fail(replica, "BackoffLimitExceeded", f"{what} (backoffLimit {limit})")
             self._restart(replica)
         workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER and r.sidecar is None}
-        if policy.succeeded(self.job.spec.success_policy, workers):
-            return policy.Outcome(True, "Succeeded", "the job's workers finished")
+        if lifecycle.succeeded(self.job.spec.success_policy, workers):
+            return lifecycle.Outcome(True, "Succeeded", "the job's workers finished")
         deadline = self.job.spec.run_policy.active_deadline_seconds
         if deadline is not None and time.monotonic() - self.started > deadline:
-            return policy.Outcome(False, "DeadlineExceeded", f"the job ran longer than {deadline} s")
+            return lifecycle.Outcome(False, "DeadlineExceeded", f"the job ran longer than {deadline} s")
         return None
 
-    def _fail(self, replica: Replica, reason: str, what: str) -> policy.Outcome:
+    def _fail(self, replica: Replica, reason: str, what: str) -> lifecycle.Outcome:
         self.failed = replica
-        return policy.Outcome(False, reason, f"{replica.name} {what}")
+        return lifecycle.Outcome(False, reason, f"{replica.name} {what}")
 
     def _restart(self, replica: Replica) -> None:
         if replica.sidecar is not None:
@@ -402,7 +402,7 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
         outcome = launcher.run()
     except KeyboardInterrupt:
         interrupted = True
-        outcome = policy.Outcome(False, "Interrupted", "stopped by the user; every replica was stopped")
+        outcome = lifecycle.Outcome(False, "Interrupted", "stopped by the user; every replica was stopped")
     finally:
         signal.signal(signal.SIGTERM, previous)
     for line in _closing_lines(launcher, outcome):
@@ -412,7 +412,7 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
     return 0 if outcome.succeeded else 1
 
 
-def _closing_lines(launcher: Launcher, outcome: policy.Outcome) -> list[str]:
+def _closing_lines(launcher: Launcher, outcome: lifecycle.Outcome) -> list[str]:
     """The console's last words on a job: how it ended, why (the failed replica's own error line), what it
     reached, and where its files are."""
     logdir = launcher.logdir

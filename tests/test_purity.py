@@ -15,7 +15,7 @@ PURE = [
     "presets",
     "manifests",
     "yamlload",
-    "policy",
+    "lifecycle",
     "status",
     "reconcile",
 ]

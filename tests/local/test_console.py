@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agents_operator import local, localreport, policy, presets, status
+from agents_operator import lifecycle, local, localreport, presets, status
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
 
@@ -104,7 +104,7 @@ def test_a_failure_shows_the_replicas_error_line_and_no_guess_about_progress(tmp
 
 def test_without_an_error_line_or_progress_the_console_says_so(tmp_path):
     launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
-    lines = local._closing_lines(launcher, policy.Outcome(True, "Succeeded", "the job's workers finished"))
+    lines = local._closing_lines(launcher, lifecycle.Outcome(True, "Succeeded", "the job's workers finished"))
     assert "  no progress was reported (the chief's /metrics never answered)" in lines
 
 
@@ -153,7 +153,7 @@ def test_a_previous_runs_video_is_not_announced(tmp_path):
     video = tmp_path / rundir.VIDEO
     video.parent.mkdir()
     video.write_bytes(b"GIF89a")
-    done = policy.Outcome(True, "Succeeded", "the job's workers finished")
+    done = lifecycle.Outcome(True, "Succeeded", "the job's workers finished")
     assert f"  video: {video}" in local._closing_lines(launcher, done)
     os.utime(video, (launcher.since - 60, launcher.since - 60))
     assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))

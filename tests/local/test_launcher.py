@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents_operator import local, policy, status, tfconfig
+from agents_operator import lifecycle, local, status, tfconfig
 from agents_operator.api import parse_job
 
 PY = sys.executable
@@ -251,7 +251,7 @@ def _alive(pid: int) -> bool:
     ],
 )
 def test_should_restart(restart_policy, code, restart):
-    assert policy.should_restart(restart_policy, code) is restart
+    assert lifecycle.should_restart(restart_policy, code) is restart
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def test_should_restart(restart_policy, code, restart):
     ],
 )
 def test_succeeded(success_policy, codes, done):
-    assert policy.succeeded(success_policy, codes) is done
+    assert lifecycle.succeeded(success_policy, codes) is done
 
 
 def test_scrape_leaves_out_what_is_not_measured_yet():
