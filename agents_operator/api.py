@@ -33,7 +33,9 @@ from agents_operator.config import TrainerConfig
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
 SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
+CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure")
+CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REPLICA_FAILURE = CONDITION_TYPES
+ConditionType = Literal[CONDITION_TYPES]  # type: ignore[valid-type]
 ShortText = Annotated[str, Field(max_length=253)]
 DEFAULT_ENV_SERVER_PORT = 50051
 STORAGE_PATH = r"^(/([^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+))+$"
@@ -171,7 +173,8 @@ class PodSpec(KubeModel):
     containers: list[Container] = Field(
         min_length=1,
         max_length=32,
-        description="Containers of the replica. The one named 'agents' (or else the first) runs the trainer.",
+        description=f"Containers of the replica. The one named '{naming.TRAINER_CONTAINER}' (or else the first) runs "
+        "the trainer.",
     )
     init_containers: list[Container] | None = Field(
         None, max_length=32, description="Init containers (Container objects)."
@@ -209,7 +212,7 @@ class ReplicaSpec(CamelModel):
         "fails. Restarts of all replicas count against runPolicy.backoffLimit.",
     )
     template: PodTemplate | None = Field(
-        None, description="Pod template; omitted means one 'agents' container running spec.image."
+        None, description=f"Pod template; omitted means one '{naming.TRAINER_CONTAINER}' container running spec.image."
     )
 
 
@@ -341,8 +344,9 @@ class EnvServer(CamelModel):
     )
     template: PodTemplate | None = Field(
         None,
-        description="remote only: pod template of the env-server pods. The container named 'env-server' (or "
-        "else the first) runs the server; image, resources and env above fill in what it leaves unset.",
+        description="remote only: pod template of the env-server pods. The container named "
+        f"'{naming.ENV_SERVER_CONTAINER}' (or else the first) runs the server; image, resources and env above fill "
+        "in what it leaves unset.",
     )
 
 
@@ -421,8 +425,8 @@ class AgentsJobSpec(CamelModel):
 
 class Condition(CamelModel):
     type: ConditionType = Field(
-        description="Created, Running, Restarting, Succeeded, Failed, Suspended, or ReplicaFailure (the API "
-        "server refuses to create a child: its message says why)."
+        description=f"{', '.join(CONDITION_TYPES[:-1])}, or {REPLICA_FAILURE} (the API server refuses to create "
+        "a child: its message says why)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds now.")
     reason: str | None = Field(None, max_length=1024, description="CamelCase cause, e.g. BackoffLimitExceeded.")

@@ -101,9 +101,8 @@ def _replace_flag(args: list[str], flag: str, value: str) -> list[str]:
 
 
 def _main_container(pod: dict, replica_type: str) -> dict:
-    name = render.ENV_SERVER_CONTAINER if replica_type == naming.ENV_SERVER else render.TRAINER_CONTAINER
     containers = pod["spec"]["containers"]
-    return next((c for c in containers if c["name"] == name), containers[0])
+    return containers[naming.main_index([c["name"] for c in containers], replica_type)]
 
 
 def _sidecars(pod: dict) -> list[dict]:

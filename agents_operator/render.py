@@ -15,8 +15,6 @@ from agents_operator import naming, podsecurity, tfconfig
 from agents_operator.api import AgentsJob
 
 DEFAULT_IMAGE = naming.image(naming.TRAINER_IMAGE)
-TRAINER_CONTAINER = "agents"
-ENV_SERVER_CONTAINER = "env-server"
 RUN_VOLUME = "agents-run"
 SCRATCH_VOLUME = "agents-tmp"
 SCRATCH_PATH = "/tmp"
@@ -107,12 +105,6 @@ def _merge_defaults(defaults: dict, given: dict | None) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def _main_index(containers: list[dict], name: str) -> int:
-    """The container named `name`, or else the first."""
-    names = [c.get("name") for c in containers]
-    return names.index(name) if name in names else 0
 
 
 def _env(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) -> list[dict]:
@@ -207,16 +199,14 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
     options = options or RenderOptions()
     if replica_type == naming.ENV_SERVER:
         given = job.spec.environments.server.template
-        main_name, default = ENV_SERVER_CONTAINER, {"name": ENV_SERVER_CONTAINER}
     else:
         given = getattr(job.spec.replica_specs, replica_type).template
-        main_name, default = TRAINER_CONTAINER, {"name": TRAINER_CONTAINER}
     template = given.model_dump(by_alias=True, exclude_none=True) if given else {}
     template_meta = template.get("metadata") or {}
-    pod_spec = copy.deepcopy(template.get("spec") or {"containers": [default]})
+    pod_spec = copy.deepcopy(template.get("spec") or {"containers": [{"name": naming.main_container(replica_type)}]})
 
     containers = pod_spec["containers"]
-    main = _main_index(containers, main_name)
+    main = naming.main_index([c.get("name") for c in containers], replica_type)
     if replica_type == naming.ENV_SERVER:
         share = _remote_share(job, index)
         containers[main] = _env_server_container(job, containers[main], share, options)
@@ -229,10 +219,10 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
         # A native sidecar: started before the trainer, restarted by the kubelet, stopped after it.
         (share,) = env_server_shares(job, replica_type, index)
         sidecar = {
-            **_env_server_container(job, {"name": ENV_SERVER_CONTAINER}, share, options),
+            **_env_server_container(job, {"name": naming.ENV_SERVER_CONTAINER}, share, options),
             "restartPolicy": "Always",
         }
-        others = [c for c in pod_spec.get("initContainers", []) if c.get("name") != ENV_SERVER_CONTAINER]
+        others = [c for c in pod_spec.get("initContainers", []) if c.get("name") != naming.ENV_SERVER_CONTAINER]
         pod_spec["initContainers"] = [*others, sidecar]
 
     # The operator replaces failed pods itself, so that every restart counts against backoffLimit.

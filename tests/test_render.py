@@ -237,7 +237,7 @@ def test_remote_servers_split_each_workers_batch_and_seed_it_as_colocated():
         for address in servers.addresses:
             name = address.split(".")[0]
             server = pods[name]["spec"]["containers"][0]
-            assert server["name"] == render.ENV_SERVER_CONTAINER
+            assert server["name"] == naming.ENV_SERVER_CONTAINER
             args = server["args"]
             assert args[:3] == ["env-server", "--env", config.env_id]
             seeds.append(int(_flag(args, "--seed")))
@@ -314,7 +314,7 @@ def test_sidecar_is_a_native_sidecar_reached_over_localhost():
             assert tfconfig.ENV_SERVERS_VAR not in _env(trainer)
             continue
         (sidecar,) = pod["spec"]["initContainers"]
-        assert sidecar["name"] == render.ENV_SERVER_CONTAINER and sidecar["restartPolicy"] == "Always"
+        assert sidecar["name"] == naming.ENV_SERVER_CONTAINER and sidecar["restartPolicy"] == "Always"
         assert int(_flag(sidecar["args"], "--seed")) == config.seed + index * config.envs_per_worker
         assert int(_flag(sidecar["args"], "--envs")) == config.envs_per_worker
         assert sidecar["resources"]["limits"] == {"memory": "1Gi"}
