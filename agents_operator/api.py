@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, podsecurity, presets, tfconfig
-from agents_operator.config import TrainerConfig
+from agents_operator.config import TrainerConfig, camel_name
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
@@ -935,7 +935,6 @@ def _trainer_problems(err: ValidationError) -> list[Problem]:
     problems = []
     for p in _pydantic_problems(err):
         name = p.field.split(".")[0].split("[")[0]
-        info = TrainerConfig.model_fields.get(name)
-        field = p.field.replace(name, info.alias or name, 1) if info else p.field
+        field = p.field.replace(name, camel_name(name), 1) if name in TrainerConfig.model_fields else p.field
         problems.append(Problem(f"spec.trainer.{field}" if field else "spec.trainer", p.reason))
     return problems

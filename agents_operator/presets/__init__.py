@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from agents_operator.config import TrainerConfig
+from agents_operator.config import TrainerConfig, field_name
 
 
 def names() -> list[str]:
@@ -39,14 +39,7 @@ def resolve(name: str, overrides: dict[str, Any] | None = None) -> TrainerConfig
     """Preset `name` with `overrides` (snake_case or camelCase keys) applied, validated."""
     data = dict(load(name))
     for key, value in (overrides or {}).items():
-        field = _field_name(key)
+        field = field_name(key) or key  # unknown: validation reports it as an extra field
         data.pop(field, None)
         data[field] = value
     return TrainerConfig.model_validate(data)
-
-
-def _field_name(key: str) -> str:
-    for name, info in TrainerConfig.model_fields.items():
-        if key in (name, info.alias):
-            return name
-    return key  # unknown: validation reports it as an extra field
