@@ -29,6 +29,7 @@ from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, podsecurity, presets, tfconfig
 from agents_operator.config import TrainerConfig, camel_name
+from agents_operator.topology import Topology, env_server_count
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
@@ -492,7 +493,7 @@ class AgentsJob(CamelModel):
     status: AgentsJobStatus | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    _trainer: TrainerConfig | None = PrivateAttr(None)
+    _config: TrainerConfig | None = PrivateAttr(None)
 
     @property
     def name(self) -> str:
@@ -502,17 +503,31 @@ class AgentsJob(CamelModel):
     def namespace(self) -> str:
         return self.metadata.namespace or "default"
 
-    def trainer_config(self) -> TrainerConfig:
-        """The resolved trainer config (preset + overrides); raises ValueError/KeyError when invalid.
+    @property
+    def config(self) -> TrainerConfig:
+        """The trainer config the job runs: its preset with its overrides, as `parse_job` resolved them."""
+        if self._config is None:
+            raise ValueError(f"AgentsJob {self.name} was not parsed with api.parse_job: its trainer is unresolved")
+        return self._config
 
-        Resolved once (`parse_job` does it while validating) and kept: rendering asks for it per child, and
-        resolving it each time was most of the cost of rendering a large job's Services. A parsed job is not
-        changed afterwards, so the config cannot go stale.
-        """
-        if self._trainer is None:
-            overrides = self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
-            self._trainer = presets.resolve(self.spec.trainer.preset, overrides)
-        return self._trainer
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The trainer settings the job sets over its preset (snake_case names)."""
+        return self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
+
+    @property
+    def topology(self) -> Topology:
+        """Who is who among the job's pods: see `topology`."""
+        environments = self.spec.environments
+        return Topology(
+            job=self.name,
+            namespace=self.namespace,
+            counts=self.spec.replica_specs.counts(),
+            placement=environments.placement,
+            servers_per_worker=environments.servers_per_worker,
+            env_port=environments.port,
+            config=self.config,
+        )
 
 
 # --- rules that span fields: CEL in the CRD, Python here -------------------------------------------------
@@ -548,11 +563,6 @@ def _get(obj: Any, *path: str) -> Any:
 
 
 _NAME_RE = re.compile(naming.DNS_1035_LABEL)
-
-
-def env_server_count(workers: int, servers_per_worker: int, evaluator: bool) -> int:
-    """Env-server pods of a remote placement: each worker's own, then one for the evaluator."""
-    return workers * servers_per_worker + (1 if evaluator else 0)
 
 
 METRICS_PORT_MESSAGE = (
@@ -876,11 +886,13 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
         raise InvalidJob(_pydantic_problems(err)) from None
     problems = check_rules(data, old)
     try:
-        problems += _environment_problems(job, job.trainer_config())
+        job._config = presets.resolve(job.spec.trainer.preset, job.overrides)
     except KeyError as err:
         problems.append(Problem("spec.trainer.preset", str(err.args[0])))
     except ValidationError as err:
         problems += _trainer_problems(err)
+    else:
+        problems += _environment_problems(job, job.config)
     if problems:
         raise InvalidJob(problems)
     return job

@@ -352,7 +352,7 @@ class Controller:
             return None
         try:
             parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            port = parsed.trainer_config().metrics_port
+            port = parsed.config.metrics_port
         except (api.InvalidJob, KeyError, ValueError):
             return None
         if not port:

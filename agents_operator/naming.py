@@ -99,11 +99,9 @@ def job_selector(job: str) -> dict[str, str]:
 
 
 def replica_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
-    """Labels of one replica's pod; its Service selects on exactly these."""
-    labels = {LABEL_JOB: job, LABEL_TYPE: replica_type, LABEL_INDEX: str(index)}
-    if is_chief(replica_type, index):
-        labels[LABEL_ROLE] = ROLE_CHIEF
-    return labels
+    """Labels of one replica's pod; its Service selects on exactly these (the pod of the chief also has
+    LABEL_ROLE: ROLE_CHIEF)."""
+    return {LABEL_JOB: job, LABEL_TYPE: replica_type, LABEL_INDEX: str(index)}
 
 
 def main_container(replica_type: str) -> str:
@@ -117,11 +115,6 @@ def main_index(names: Sequence[str | None], replica_type: str) -> int:
     the first (a template may name its containers as it likes)."""
     name = main_container(replica_type)
     return names.index(name) if name in names else 0
-
-
-def is_chief(replica_type: str, index: int) -> bool:
-    """Worker 0 is the chief: it checkpoints, writes summaries and serves progress."""
-    return replica_type == WORKER and index == 0
 
 
 def parse_child(labels: dict[str, str] | None) -> tuple[str, int] | None:

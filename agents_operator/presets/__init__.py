@@ -31,7 +31,8 @@ def load(name: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=64)
 def _parse(text: str) -> dict[str, Any]:
-    """YAML parsing dominated the operator's reconcile (render asks for the config per child): cached by text."""
+    """Presets are package data, the same for the life of the process, and parsing one takes longer than the rest
+    of `api.parse_job` (which the operator runs on every reconcile): each text is parsed once."""
     return yaml.safe_load(text) or {}
 
 
