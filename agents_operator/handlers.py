@@ -348,11 +348,11 @@ class Controller:
             return None
         memory = self.memory.get(key)
         current = (memory.written_status if memory and memory.written_status else job.get("status")) or {}
-        if current.get("state") not in ("Running", "Restarting"):
+        if current.get("state") not in (api.RUNNING, api.RESTARTING):
             return None
         try:
             parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            port = parsed.trainer_config().metrics_port
+            port = parsed.config.metrics_port
         except (api.InvalidJob, KeyError, ValueError):
             return None
         if not port:

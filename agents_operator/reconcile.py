@@ -130,7 +130,7 @@ class Plan:
 # --- helpers ---------------------------------------------------------------------------------------------
 
 KIND_POD, KIND_SERVICE, KIND_DEPLOYMENT = "Pod", "Service", "Deployment"
-WARNING_TRANSITIONS = {"Failed", "Restarting"}
+WARNING_TRANSITIONS = {api.FAILED, api.RESTARTING}
 RUNNING_TYPES = (naming.PS, naming.WORKER, naming.ENV_SERVER)
 """The pods a job needs running to train (the evaluator is optional to progress)."""
 
@@ -162,7 +162,7 @@ class _Builder:
 
     def condition(self, type_: str, value: bool, reason: str, message: str) -> None:
         if status.set_condition(self.status, type_, value, reason, message, self.now) and (
-            value or type_ == "Suspended"
+            value or type_ == api.SUSPENDED
         ):
             kind = "Warning" if value and type_ in WARNING_TRANSITIONS else "Normal"
             self.events.append(Event(kind, reason, message))
@@ -200,7 +200,7 @@ def _replica_statuses(
 ) -> dict[str, ReplicaStatus]:
     out = {}
     types = [t for t, _ in job.spec.replica_specs.items()]
-    if render.remote_env_servers(job):
+    if job.topology.remote_servers:
         types.append(naming.ENV_SERVER)
     for replica_type in types:
         views = [p for p in pods.values() if p.replica_type == replica_type]
@@ -249,14 +249,14 @@ class Desired:
     """
 
     slots: tuple[tuple[str, int], ...]
-    """(type, index) of every pod, in the order `render.replicas` gives (creates follow it)."""
+    """(type, index) of every pod, in the order `topology.Topology.slots` gives (creates follow it)."""
     others: dict[tuple[str, str], dict]
     """Every other child by (kind, name), in render order. Shared between plans: copied into a Create."""
 
     @classmethod
     def of(cls, job: api.AgentsJob, options: render.RenderOptions) -> Desired:
         others = {(c["kind"], c["metadata"]["name"]): c for c in render.non_pod_children(job, options)}
-        return cls(tuple(render.replicas(job)), others)
+        return cls(tuple(job.topology.slots()), others)
 
 
 class DesiredCache:
@@ -357,8 +357,8 @@ def plan(
 
     # 2. A finished job only cleans up and waits for its TTL.
     if status.finished(prev):
-        why = "succeeded" if status.is_true(prev, "Succeeded") else "failed"
-        failed = status.get_condition(prev, "Failed")
+        why = "succeeded" if status.is_true(prev, api.SUCCEEDED) else "failed"
+        failed = status.get_condition(prev, api.FAILED)
         deadline = failed is not None and failed.status == "True" and failed.reason == "DeadlineExceeded"
         _cleanup(b, run.clean_pod_policy, slots, children.values(), stop_running=deadline, why=why)
         st.replica_statuses = _replica_statuses(spec_job, slots, prev)
@@ -372,18 +372,18 @@ def plan(
     workers = [slots.get((naming.WORKER, i)) for i in range(spec_job.spec.replica_specs.worker.replicas)]
     done = [w is not None and w.state == SUCCEEDED for w in workers]
     if spec_job.spec.success_policy == "ChiefWorker" and done[0]:
-        outcome = ("Succeeded", "ChiefSucceeded", f"{naming.child_name(name, naming.WORKER, 0)} succeeded")
+        outcome = (api.SUCCEEDED, "ChiefSucceeded", f"{naming.child_name(name, naming.WORKER, 0)} succeeded")
     elif spec_job.spec.success_policy == "AllWorkers" and all(done):
-        outcome = ("Succeeded", "AllWorkersSucceeded", f"all {len(workers)} workers succeeded")
+        outcome = (api.SUCCEEDED, "AllWorkersSucceeded", f"all {len(workers)} workers succeeded")
 
     # 4. Deadline.
     # A resumed job's clock restarts (as for a batch Job): the time spent suspended does not count.
-    started = None if status.is_true(prev, "Suspended") else status.parse_time(st.start_time)
+    started = None if status.is_true(prev, api.SUSPENDED) else status.parse_time(st.start_time)
     if outcome is None and run.active_deadline_seconds and started and not run.suspend:
         ends = started + timedelta(seconds=run.active_deadline_seconds)
         if now >= ends:
             outcome = (
-                "Failed",
+                api.FAILED,
                 "DeadlineExceeded",
                 f"ran longer than activeDeadlineSeconds ({run.active_deadline_seconds} s since {st.start_time})",
             )
@@ -403,16 +403,16 @@ def plan(
                 continue
             policy = spec_job.spec.restart_policy(pod.replica_type)
             if policy == "Never":
-                outcome = ("Failed", "PodFailed", f"{_describe(pod)}; restartPolicy Never")
+                outcome = (api.FAILED, "PodFailed", f"{_describe(pod)}; restartPolicy Never")
             elif policy == "ExitCode" and pod.exit_code is not None and 1 <= pod.exit_code <= 127:
                 outcome = (
-                    "Failed",
+                    api.FAILED,
                     "PermanentExitCode",
                     f"{_describe(pod)}; restartPolicy ExitCode treats 1-127 as permanent",
                 )
             elif restarts >= run.backoff_limit:
                 outcome = (
-                    "Failed",
+                    api.FAILED,
                     "BackoffLimitExceeded",
                     f"{_describe(pod)}; {restarts} restart(s) used, backoffLimit {run.backoff_limit}",
                 )
@@ -435,7 +435,7 @@ def plan(
     if outcome is not None:
         state, reason, message = outcome
         b.marks.clear()  # the job ends: nothing will be replaced
-        for ended in ("Running", "Restarting", "ReplicaFailure"):
+        for ended in (api.RUNNING, api.RESTARTING, api.REPLICA_FAILURE):
             b.condition(ended, False, reason, message)
         b.condition(state, True, reason, message)
         st.completion_time = status.timestamp(now)
@@ -451,7 +451,7 @@ def plan(
         _ttl(b, run.ttl_seconds_after_finished, st, now)
         return b.finish(old)
 
-    b.condition("Created", True, "JobCreated", f"AgentsJob {name} is reconciled into its pods")
+    b.condition(api.CREATED, True, "JobCreated", f"AgentsJob {name} is reconciled into its pods")
     for pod in replace_pods:
         b.delete(KIND_POD, pod.name, f"replacing the failed pod (restart {pod.counted})", grace=0)
         slots[pod.slot] = replace(pod, terminating=True)
@@ -461,18 +461,18 @@ def plan(
         for pod in slots.values():
             if pod.state == ACTIVE:
                 b.delete(KIND_POD, pod.name, "job suspended")
-        b.condition("Running", False, "JobSuspended", "the job is suspended")
-        b.condition("Restarting", False, "JobSuspended", "the job is suspended")
-        b.condition("Suspended", True, "JobSuspended", "the job is suspended: its pods are deleted")
+        b.condition(api.RUNNING, False, "JobSuspended", "the job is suspended")
+        b.condition(api.RESTARTING, False, "JobSuspended", "the job is suspended")
+        b.condition(api.SUSPENDED, True, "JobSuspended", "the job is suspended: its pods are deleted")
         st.replica_statuses = _replica_statuses(spec_job, {s: p for s, p in slots.items() if not p.terminating})
         return b.finish(old)
-    if status.is_true(prev, "Suspended"):
-        b.condition("Suspended", False, "JobResumed", "the job is resumed: its pods are recreated")
+    if status.is_true(prev, api.SUSPENDED):
+        b.condition(api.SUSPENDED, False, "JobResumed", "the job is resumed: its pods are recreated")
         st.start_time = None  # the deadline counts from the resume, as for a batch Job
 
     created = _create_missing(b, spec_job, options, desired, slots, children)
     if not b.creates:
-        b.condition("ReplicaFailure", False, "ChildrenCreated", "every child of the job exists")
+        b.condition(api.REPLICA_FAILURE, False, "ChildrenCreated", "every child of the job exists")
     if st.start_time is None and (created or any(not p.terminating for p in slots.values())):
         st.start_time = status.timestamp(now)
         if run.active_deadline_seconds:
@@ -483,13 +483,13 @@ def plan(
     running = all(p is not None and not p.terminating and p.phase in ("Running", "Succeeded") for p in members)
     what = "ps, worker and env server" if any(s[0] == naming.ENV_SERVER for s in expected) else "ps and worker"
     if running:
-        b.condition("Restarting", False, "JobRunning", f"every {what} is running")
-        b.condition("Running", True, "JobRunning", f"every {what} is running")
-    elif new_restart or status.is_true(prev, "Restarting"):
-        b.condition("Running", False, "Restarting", "failed pods are being replaced")
-        b.condition("Restarting", True, "Restarting", "failed pods are being replaced")
+        b.condition(api.RESTARTING, False, "JobRunning", f"every {what} is running")
+        b.condition(api.RUNNING, True, "JobRunning", f"every {what} is running")
+    elif new_restart or status.is_true(prev, api.RESTARTING):
+        b.condition(api.RUNNING, False, "Restarting", "failed pods are being replaced")
+        b.condition(api.RESTARTING, True, "Restarting", "failed pods are being replaced")
     else:
-        b.condition("Running", False, "PodsPending", f"waiting for every {what} to run")
+        b.condition(api.RUNNING, False, "PodsPending", f"waiting for every {what} to run")
     # Pods created by this plan count as active (Pending) now, so that their creation needs no second status
     # write when their watch events come in.
     live = {s: p for s, p in slots.items() if not p.terminating}
@@ -508,8 +508,8 @@ def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason
     """1. A job that cannot run fails at once, and nothing of it is created."""
     b.status.observed_generation = meta.get("generation")  # judged: its spec changes are what wake the operator
     if not status.finished(prev):
-        b.condition("Running", False, reason, "the spec cannot run")
-        b.condition("Failed", True, reason, message)
+        b.condition(api.RUNNING, False, reason, "the spec cannot run")
+        b.condition(api.FAILED, True, reason, message)
         b.status.completion_time = status.timestamp(b.now)
     return b.finish(old)
 
@@ -553,12 +553,12 @@ def refused(job_status: Mapping[str, Any], refusals: list[Refusal], now: datetim
     the condition False."""
     old = dict(job_status)
     b = _Builder(status.parse_status(old), now)
-    before = status.get_condition(b.status, "ReplicaFailure")
+    before = status.get_condition(b.status, api.REPLICA_FAILURE)
     more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
     message = f"{refusals[0].message}{more}"
     if before is None or before.status != "True" or before.message != message:
         b.events += [
             Event("Warning", "FailedCreate", f"Error creating {r.kind.lower()} {r.name}: {r.message}") for r in refusals
         ]
-    status.set_condition(b.status, "ReplicaFailure", True, "FailedCreate", message, now)
+    status.set_condition(b.status, api.REPLICA_FAILURE, True, "FailedCreate", message, now)
     return b.finish(old)

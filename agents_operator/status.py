@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from agents_operator import naming
+from agents_operator import api, naming
 from agents_operator.api import AgentsJobStatus, Condition
 
 ANNOTATION_COUNTED = f"{naming.GROUP}/restart-counted"
@@ -25,8 +25,6 @@ and deleting the pod (or reading a stale cache) sees the marker and does not cou
 # --- pods ------------------------------------------------------------------------------------------------
 
 ACTIVE, SUCCEEDED, FAILED, TERMINATING = "active", "succeeded", "failed", "terminating"
-
-TRAINER_CONTAINER = "agents"
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ def _exit(pod: Mapping[str, Any]) -> tuple[int | None, str | None]:
     """(exit code, reason) of a finished pod: the trainer container's when it failed, else any failed one."""
     status = pod.get("status") or {}
     statuses = list(status.get("containerStatuses") or [])
-    statuses.sort(key=lambda c: c.get("name") != TRAINER_CONTAINER)  # the trainer first
+    statuses.sort(key=lambda c: c.get("name") != naming.TRAINER_CONTAINER)  # the trainer first
     terminated = [
         (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") for c in statuses
     ]
@@ -160,11 +158,11 @@ def overlay(
 
 # --- conditions ------------------------------------------------------------------------------------------
 
-PRECEDENCE = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "ReplicaFailure", "Created")
+PRECEDENCE = (api.FAILED, api.SUCCEEDED, api.SUSPENDED, api.RESTARTING, api.RUNNING, api.REPLICA_FAILURE, api.CREATED)
 """When several conditions are True, state is the first of these (terminal ones win; a job whose pods the
 API server refuses shows ReplicaFailure until they run, rather than a Created that will not progress)."""
 
-ORDER = ("Created", "ReplicaFailure", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+ORDER = (api.CREATED, api.REPLICA_FAILURE, api.RUNNING, api.RESTARTING, api.SUSPENDED, api.SUCCEEDED, api.FAILED)
 """The order of status.conditions, and of the states the operator counts."""
 
 
@@ -216,7 +214,7 @@ def state_of(status: AgentsJobStatus) -> str | None:
 
 
 def finished(status: AgentsJobStatus) -> bool:
-    return is_true(status, "Succeeded") or is_true(status, "Failed")
+    return is_true(status, api.SUCCEEDED) or is_true(status, api.FAILED)
 
 
 def parse_status(raw: Any) -> AgentsJobStatus:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import distributed
 from agents_operator.trainer.checkpoints import CheckpointError
@@ -337,7 +338,7 @@ class Learner:
         self.cluster = cluster
         self.target = target
         self.graph = tf.Graph()
-        chief = cluster is None or cluster.is_chief
+        chief = topology.runs_as_chief(cluster.tf_config if cluster else None)
         with self.graph.as_default():
             # Weight initialisation (and so a whole single-process run) is reproducible from config.seed.
             tf.compat.v1.set_random_seed(config.seed)

@@ -21,6 +21,7 @@ from typing import TextIO
 
 import numpy as np
 
+from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer import checkpoints, distributed, rundir, visualize
@@ -35,8 +36,6 @@ from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.sampling import samplers
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from agents_operator.trainer.summaries import SummaryWriter
-
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training environments
 
 
 @dataclass
@@ -69,7 +68,7 @@ def train(
     """
     started = time.monotonic()
     logdir = Path(logdir)
-    chief = cluster is None or cluster.is_chief
+    chief = topology.runs_as_chief(cluster.tf_config if cluster else None)
     worker = cluster.tf_config.task_index if cluster else 0
     if chief:
         rundir.write_config(logdir, config)
@@ -162,7 +161,7 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
             config.env_id,
             config.envs_per_worker,
             envs_per_process=config.envs_per_process,
-            seed=config.seed + worker * config.envs_per_worker,
+            seed=topology.first_env_seed(config, worker),
             max_episode_steps=config.max_episode_steps,
         )
     env = remote.connect(list(env_servers.addresses), config.env_id)
@@ -310,7 +309,7 @@ class _Outputs:
             state.policy,
             observations,
             self.config.eval_episodes,
-            self.config.seed + EVAL_SEED_OFFSET,
+            self.config.seed + topology.EVALUATION_SEED_OFFSET,
         )
         mean_return = float(np.mean(returns))
         self.writer.scalars(
