@@ -47,8 +47,12 @@ class RunResult:
     evaluations: list[tuple[int, float]] = field(default_factory=list)  # (env steps, eval mean return)
     train_returns: list[tuple[int, float]] = field(default_factory=list)  # (env steps, train mean return)
     sampling_steps: int = 0
-    sampling_seconds: float = 0.0
+    collect_seconds: list[float] = field(default_factory=list)  # each iteration's sampling phase, in order
     wall_seconds: float = 0.0
+
+    @property
+    def sampling_seconds(self) -> float:
+        return sum(self.collect_seconds)
 
 
 def train(
@@ -126,7 +130,7 @@ def train(
                 continue
             _share_statistics(env, state)
             result.sampling_steps += len(batch)
-            result.sampling_seconds += sampled - begin
+            result.collect_seconds.append(sampled - begin)
             done = _finished(state, config, cluster)
             if chief and config.eval_every and (state.iterations % config.eval_every == 0 or done):
                 outputs.evaluate(state, env.observations)
