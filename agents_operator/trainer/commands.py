@@ -146,7 +146,9 @@ def run_train(args: argparse.Namespace) -> int:
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
     bind = tfconfig.bind_host(os.environ)
-    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind)
+    result = loop.train(
+        config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind, preset=args.config
+    )
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 
