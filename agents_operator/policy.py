@@ -39,7 +39,9 @@ class Policy:
         single = array.shape == tuple(self.metadata.observation_shape)
         batch = array[None] if single else array
         if batch.shape[1:] != tuple(self.metadata.observation_shape):
-            raise ValueError(f"observations of shape {array.shape}: expected {self.metadata.observation_shape} or a batch")
+            raise ValueError(
+                f"observations of shape {array.shape}: expected {self.metadata.observation_shape} or a batch"
+            )
         return tf.constant(batch), single
 
     def __call__(self, observations: np.ndarray) -> np.ndarray:

@@ -199,9 +199,9 @@ def export_state(
 
 
 def export_run(
-    config: TrainerConfig, logdir: Path, out: Path, number: int | None, preset: str | None
+    config: TrainerConfig, logdir: Path, out: Path, number: int | None, preset: str | None, replace: bool = False
 ) -> exported.Metadata:
-    """Export checkpoint `number` of the run in `logdir` (its latest when None) to `out`, which must not exist."""
+    """Export checkpoint `number` of the run in `logdir` (its latest when None) to `out` (see `write`)."""
     found = checkpoints.list_checkpoints(logdir)
     if not found:
         raise exported.ExportError(f"no checkpoint in {checkpoints.directory(logdir)}")
@@ -215,4 +215,4 @@ def export_run(
             state = checkpoints.restore(learner, chosen[-1])
         finally:
             learner.close()
-        return export_state(out, config, state, chosen[-1], source, preset)
+        return export_state(out, config, state, chosen[-1], source, preset, replace)

@@ -30,7 +30,16 @@ EVENTS = "events.out.tfevents.*"
 """TensorBoard's event files (the pattern of their names)."""
 LOGS = "logs"
 """Replica logs, written by `agents-operator local` only."""
-LAYOUT = (CONFIG_FILE, PRESET_FILE, f"{CHECKPOINTS}/", EVENTS, SUMMARY_FILE, VIDEO, f"{exported.DIRECTORY}/", f"{LOGS}/")
+LAYOUT = (
+    CONFIG_FILE,
+    PRESET_FILE,
+    f"{CHECKPOINTS}/",
+    EVENTS,
+    SUMMARY_FILE,
+    VIDEO,
+    f"{exported.DIRECTORY}/",
+    f"{LOGS}/",
+)
 """Everything a run directory may hold; docs/architecture.md describes each (tests/test_docs.py checks)."""
 
 

@@ -20,7 +20,6 @@ from agents_operator.trainer.envs.make import make_env
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
-
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation episodes are seeded config.seed + this, + 1, ...: never the seeds of training environments."""
 
