@@ -387,6 +387,42 @@ def test_tensorboard_stays_after_the_job_finishes():
     assert set(world.deployments) == {"pj-tensorboard"}
 
 
+@pytest.mark.parametrize(
+    ("storage", "trainer", "expected"),
+    [
+        (
+            {"persistentVolumeClaim": {"claimName": "runs"}},
+            {},
+            {"path": "/var/run/agents/pj/exported", "claimName": "runs"},
+        ),
+        ({"persistentVolumeClaim": {"claimName": "runs"}}, {"export": False}, None),
+        ({}, {}, None),  # emptyDir: the export goes with the chief's pod
+    ],
+)
+def test_a_job_that_succeeds_names_its_export_when_it_outlives_the_pods(storage, trainer, expected):
+    job = make_job()
+    job["spec"]["storage"] = storage
+    job["spec"]["trainer"].update(trainer)
+    world = World(job)
+    world.started()
+    world.step()
+    assert "export" not in world.status
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    world.settle()
+    assert world.status["state"] == "Succeeded"
+    assert world.status.get("export") == expected
+
+
+def test_a_job_that_fails_names_no_export():
+    job = make_job(restart="Never")
+    job["spec"]["storage"] = {"persistentVolumeClaim": {"claimName": "runs"}}
+    world = World(job)
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Failed", exit_code=1)
+    world.settle()
+    assert world.status["state"] == "Failed" and "export" not in world.status
+
+
 # --- deadline and TTL ------------------------------------------------------------------------------------
 
 
