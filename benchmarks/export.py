@@ -4,7 +4,11 @@ For the `pendulum` and `cheetah` presets, a policy with the preset's networks (r
 depend only on the shapes) is exported with `trainer.export.write` and loaded with `agents_operator.policy.load`.
 Per action: the loaded SavedModel (`act` signature, through the loader) against the numpy actor as the trainer
 evaluates (`envs.episodes.deterministic` at batch 1, the same mean + clip on a batch of 256), best of several
-repeats. Prints one JSON line; ratios > 1 mean the SavedModel is slower.
+repeats. Prints one JSON line; ratios > 1 mean the SavedModel is slower. numpy runs single-threaded, as in the
+trainer's environment processes.
+
+Also the cost of the numpy actor's float64 forward pass (`ppo.policy`) against the float32 one it replaced,
+on 8 rows (a worker process's environments): `*_actor_float64_over_float32`.
 
     PYTHONPATH=. python benchmarks/export.py
 """
@@ -19,6 +23,8 @@ import timeit
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
 
 import numpy as np  # noqa: E402
 
@@ -50,6 +56,15 @@ def _policy(config, obs_dim: int, act_dim: int) -> tuple[NumpyPolicy, Normalizer
     observations = Normalizer((obs_dim,), config.clip_observations, config.normalize_observations)
     observations.shared = Moments(100.0, rng.normal(size=obs_dim) * 100, np.full(obs_dim, 300.0))
     return policy, observations
+
+
+def _float32_mean(policy: NumpyPolicy, x: np.ndarray) -> np.ndarray:
+    """The forward pass as the numpy actor computed it before it moved to float64: the baseline of its cost."""
+    for i, (kernel, bias) in enumerate(policy.policy):
+        x = x @ kernel + bias
+        if i < len(policy.policy) - 1:
+            x = np.tanh(x) if policy.activation == "tanh" else np.maximum(x, 0.0)
+    return x
 
 
 def _seconds_per_call(call, number: int) -> float:
@@ -95,6 +110,10 @@ def measure(preset: str, directory: Path) -> dict[str, float]:
         result[f"{preset}_b{batch}_numpy_us_per_action"] = round(numpy_us, 2)
         result[f"{preset}_b{batch}_savedmodel_us_per_action"] = round(saved_us, 2)
         result[f"{preset}_b{batch}_savedmodel_over_numpy"] = round(saved_us / numpy_us, 2)
+    rows = observations.normalize(x[:8])
+    float32_s = _seconds_per_call(lambda: _float32_mean(policy, rows), 2000)
+    float64_s = _seconds_per_call(lambda: policy.mean(rows), 2000)
+    result[f"{preset}_actor_float64_over_float32"] = round(float64_s / float32_s, 2)
     return result
 
 

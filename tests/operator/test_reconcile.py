@@ -388,20 +388,15 @@ def test_tensorboard_stays_after_the_job_finishes():
 
 
 @pytest.mark.parametrize(
-    ("storage", "trainer", "expected"),
+    ("claim", "trainer", "expected"),
     [
-        (
-            {"persistentVolumeClaim": {"claimName": "runs"}},
-            {},
-            {"path": "/var/run/agents/pj/exported", "claimName": "runs"},
-        ),
-        ({"persistentVolumeClaim": {"claimName": "runs"}}, {"export": False}, None),
-        ({}, {}, None),  # emptyDir: the export goes with the chief's pod
+        ("runs", {}, {"path": "/var/run/agents/pj/exported", "claimName": "runs"}),
+        ("runs", {"export": False}, None),
+        (None, {}, None),  # emptyDir: the export goes with the chief's pod
     ],
 )
-def test_a_job_that_succeeds_names_its_export_when_it_outlives_the_pods(storage, trainer, expected):
-    job = make_job()
-    job["spec"]["storage"] = storage
+def test_a_job_that_succeeds_names_its_export_when_it_outlives_the_pods(claim, trainer, expected):
+    job = make_job(claim=claim)
     job["spec"]["trainer"].update(trainer)
     world = World(job)
     world.started()
@@ -414,9 +409,7 @@ def test_a_job_that_succeeds_names_its_export_when_it_outlives_the_pods(storage,
 
 
 def test_a_job_that_fails_names_no_export():
-    job = make_job(restart="Never")
-    job["spec"]["storage"] = {"persistentVolumeClaim": {"claimName": "runs"}}
-    world = World(job)
+    world = World(make_job(restart="Never", claim="runs"))
     world.started()
     world.set_phase(world.pod("worker", 0), "Failed", exit_code=1)
     world.settle()
