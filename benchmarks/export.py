@@ -7,14 +7,12 @@ evaluates (`envs.episodes.deterministic` at batch 1, the same mean + clip on a b
 repeats. Prints one JSON line; ratios > 1 mean the SavedModel is slower. numpy runs single-threaded, as in the
 trainer's environment processes.
 
-Also the cost of the numpy actor's float64 forward pass (`ppo.policy`) against the float32 one it replaced,
-on 8 rows (a worker process's environments): `*_actor_float64_over_float32`.
-
     PYTHONPATH=. python benchmarks/export.py
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -58,13 +56,8 @@ def _policy(config, obs_dim: int, act_dim: int) -> tuple[NumpyPolicy, Normalizer
     return policy, observations
 
 
-def _float32_mean(policy: NumpyPolicy, x: np.ndarray) -> np.ndarray:
-    """The forward pass as the numpy actor computed it before it moved to float64: the baseline of its cost."""
-    for i, (kernel, bias) in enumerate(policy.policy):
-        x = x @ kernel + bias
-        if i < len(policy.policy) - 1:
-            x = np.tanh(x) if policy.activation == "tanh" else np.maximum(x, 0.0)
-    return x
+def _numpy_batch(policy: NumpyPolicy, observations: Normalizer, low, high, rows: np.ndarray) -> np.ndarray:
+    return np.clip(policy.mean(observations.normalize(rows)), low, high)
 
 
 def _seconds_per_call(call, number: int) -> float:
@@ -97,23 +90,17 @@ def measure(preset: str, directory: Path) -> dict[str, float]:
     x = np.random.default_rng(1).normal(size=(max(BATCHES), obs_dim)).astype(np.float32)
     result = {f"{preset}_bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file())}
     for batch in BATCHES:
-        rows = x[:batch]
-        if batch == 1:
-            numpy_call = lambda: trainer(rows[0])  # noqa: E731
-            saved_call = lambda: loaded(rows[0])  # noqa: E731
-        else:
-            numpy_call = lambda: np.clip(policy.mean(observations.normalize(rows)), low, high)  # noqa: E731
-            saved_call = lambda: loaded(rows)  # noqa: E731
+        if batch == 1:  # one observation, as the trainer's evaluation acts
+            numpy_call, saved_call = functools.partial(trainer, x[0]), functools.partial(loaded, x[0])
+        else:  # the same mean and clip on a batch
+            numpy_call = functools.partial(_numpy_batch, policy, observations, low, high, x[:batch])
+            saved_call = functools.partial(loaded, x[:batch])
         number = 2000 if batch == 1 else 50
         numpy_us = _seconds_per_call(numpy_call, number) / batch * 1e6
         saved_us = _seconds_per_call(saved_call, number) / batch * 1e6
         result[f"{preset}_b{batch}_numpy_us_per_action"] = round(numpy_us, 2)
         result[f"{preset}_b{batch}_savedmodel_us_per_action"] = round(saved_us, 2)
         result[f"{preset}_b{batch}_savedmodel_over_numpy"] = round(saved_us / numpy_us, 2)
-    rows = observations.normalize(x[:8])
-    float32_s = _seconds_per_call(lambda: _float32_mean(policy, rows), 2000)
-    float64_s = _seconds_per_call(lambda: policy.mean(rows), 2000)
-    result[f"{preset}_actor_float64_over_float32"] = round(float64_s / float32_s, 2)
     return result
 
 

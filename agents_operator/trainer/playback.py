@@ -12,7 +12,7 @@ environments are (a simulator, a machine), the trajectories come back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from agents_operator import policy as exported_policy
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints, export
 from agents_operator.trainer.envs import remote
-from agents_operator.trainer.envs.episodes import EVAL_SEED_OFFSET, Act, LocalEpisodes
+from agents_operator.trainer.envs.episodes import EVAL_SEED_OFFSET, Act, LocalEpisodes, OnFrame, Played
 from agents_operator.trainer.envs.remote import RemoteBatchEnv
 from agents_operator.trainer.learner import Learner, vector_size
 from agents_operator.trainer.normalize import Normalizer
@@ -44,9 +44,7 @@ class Player:
     act: Act | None = None
     """An exported policy's SavedModel, which plays instead of the numpy actor when the episodes run here."""
 
-    def play(
-        self, episodes: int, seed: int, on_frame: Callable[[np.ndarray], None] | None = None
-    ) -> tuple[list[float], list[int]]:
+    def play(self, episodes: int, seed: int, on_frame: OnFrame = None) -> Played:
         if self.act is not None and isinstance(self.source, LocalEpisodes):
             return self.source.play(self.act, episodes, seed, on_frame)
         return self.source.run_episodes(self.policy, self.observations, episodes, seed, on_frame)

@@ -25,6 +25,9 @@ EVAL_SEED_OFFSET = 1_000_000
 
 Act = Callable[[np.ndarray], np.ndarray]
 """A deterministic policy: one raw float32 observation -> the action to step with."""
+OnFrame = Callable[[np.ndarray], None] | None
+Played = tuple[list[float], list[int]]
+"""The returns and lengths of the episodes played."""
 
 
 def deterministic(policy: NumpyPolicy, observations: Normalizer, low: np.ndarray, high: np.ndarray) -> Act:
@@ -37,13 +40,7 @@ def deterministic(policy: NumpyPolicy, observations: Normalizer, low: np.ndarray
     return act
 
 
-def play(
-    env: gymnasium.Env,
-    act: Act,
-    episodes: int,
-    seed: int,
-    on_frame: Callable[[np.ndarray], None] | None = None,
-) -> tuple[list[float], list[int]]:
+def play(env: gymnasium.Env, act: Act, episodes: int, seed: int, on_frame: OnFrame = None) -> Played:
     """Returns and lengths of `episodes` episodes of `act`, episode i reset with seed `seed` + i.
 
     With `on_frame`, every rendered frame of an env made with render_mode="rgb_array" is passed to it.
@@ -72,8 +69,8 @@ def run_episodes(
     observations: Normalizer,
     episodes: int,
     seed: int,
-    on_frame: Callable[[np.ndarray], None] | None = None,
-) -> tuple[list[float], list[int]]:
+    on_frame: OnFrame = None,
+) -> Played:
     """`play` with the trainer's `deterministic` policy."""
     act = deterministic(policy, observations, env.action_space.low, env.action_space.high)
     return play(env, act, episodes, seed, on_frame)
@@ -122,18 +119,11 @@ class LocalEpisodes:
         return self.env.metadata.get("render_fps")
 
     def run_episodes(
-        self,
-        policy: NumpyPolicy,
-        observations: Normalizer,
-        episodes: int,
-        seed: int,
-        on_frame: Callable[[np.ndarray], None] | None = None,
-    ) -> tuple[list[float], list[int]]:
+        self, policy: NumpyPolicy, observations: Normalizer, episodes: int, seed: int, on_frame: OnFrame = None
+    ) -> Played:
         return run_episodes(self.env, policy, observations, episodes, seed, on_frame)
 
-    def play(
-        self, act: Act, episodes: int, seed: int, on_frame: Callable[[np.ndarray], None] | None = None
-    ) -> tuple[list[float], list[int]]:
+    def play(self, act: Act, episodes: int, seed: int, on_frame: OnFrame = None) -> Played:
         return play(self.env, act, episodes, seed, on_frame)
 
     def close(self) -> None:

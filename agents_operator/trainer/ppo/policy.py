@@ -4,13 +4,15 @@ The learner reads the weights of its TensorFlow networks (`networks`) into a `Nu
 sampling an action costs a few small matmuls instead of a session run per environment step, and the processes
 that act (environment workers, env servers) never import TensorFlow.
 
-The forward pass runs in float64 on the float32 weights and rounds to float32 once, at the output. In float32,
-every implementation rounds the sums of a matrix product in its own order (OpenBLAS differs from itself between
-one row and many, TensorFlow's kernels differ from both) and approximates tanh its own way, so two correct
-forward passes disagree in the last bits of most outputs. In float64 they still differ, by about 1e-16
-relative, but the float32 results agree unless a value falls that close to a float32 rounding boundary: an
-exported policy (`trainer.export`, in TensorFlow) acts bit for bit as this one (tests/trainer/test_export.py),
-and a rollout does not depend on how its environments are grouped.
+The deterministic action (`NumpyPolicy.mean`: evaluations, videos) is computed in float64 on the float32 weights
+and rounded to float32 once, at the output. In float32, every implementation rounds the sums of a matrix
+product in its own order (OpenBLAS differs from itself between one row and many, TensorFlow's kernels differ
+from both) and approximates tanh its own way, so two correct forward passes disagree in the last bits of most
+outputs. In float64 they differ by about 1e-16 relative, and the float32 results agree unless a value falls
+that close to a rounding boundary: an exported policy (`trainer.export`, in TensorFlow) acts bit for bit as
+the trainer evaluates (tests/trainer/test_export.py). Sampling (`act`) keeps the float32 forward pass, which
+costs half as much where acting is a large share of a step (Pendulum); its Gaussian means may differ from
+`mean` in the last bits, which changes nothing a rollout is used for.
 """
 
 from __future__ import annotations
@@ -24,34 +26,32 @@ Layer = tuple[np.ndarray, np.ndarray]  # (weights, bias)
 
 
 def mlp_np(x: np.ndarray, layers: list[Layer], activation: str) -> np.ndarray:
-    """The same network as `networks.mlp_tf`, in numpy: in float64 with `layers` in float64, rounded to
-    float32 at the output (see the module docstring)."""
-    x = np.asarray(x, np.float64)
+    """The same network as `networks.mlp_tf`, in numpy."""
     for i, (kernel, bias) in enumerate(layers):
         x = x @ kernel + bias
         if i < len(layers) - 1:
             x = np.tanh(x) if activation == "tanh" else np.maximum(x, 0.0)
-    return x.astype(np.float32)
+    return x
 
 
-def float64_layers(layers: list[Layer]) -> list[Layer]:
-    """`layers` converted once for `mlp_np` (exactly: every float32 is a float64)."""
-    return [(kernel.astype(np.float64), bias.astype(np.float64)) for kernel, bias in layers]
+def mlp_rounded_once(x: np.ndarray, layers64: list[Layer], activation: str) -> np.ndarray:
+    """`mlp_np` in float64 with float64 `layers64`, rounded to float32 at the output (see the module docstring)."""
+    return mlp_np(np.asarray(x, np.float64), layers64, activation).astype(np.float32)
 
 
 @dataclass
 class NumpyPolicy:
-    """A snapshot of the networks' weights (float32, as the learner holds them) that acts without TensorFlow."""
+    """A snapshot of the networks' weights that acts without TensorFlow."""
 
     policy: list[Layer]
     log_std: np.ndarray
     value: list[Layer]
     activation: str
     _policy64: list[Layer] = field(init=False, repr=False, compare=False)
-    _value64: list[Layer] = field(init=False, repr=False, compare=False)
+    """The policy's weights in float64 (exactly: every float32 is a float64), for `mean`."""
 
     def __post_init__(self) -> None:
-        self._policy64, self._value64 = float64_layers(self.policy), float64_layers(self.value)
+        self._policy64 = [(kernel.astype(np.float64), bias.astype(np.float64)) for kernel, bias in self.policy]
 
     @classmethod
     def from_values(cls, values: list[np.ndarray], num_policy_layers: int, activation: str) -> NumpyPolicy:
@@ -63,17 +63,18 @@ class NumpyPolicy:
         return cls(policy, values[split], value, activation)
 
     def mean(self, obs: np.ndarray) -> np.ndarray:
-        """The deterministic action (the Gaussian's mean, before clipping to the action bounds)."""
-        return mlp_np(obs, self._policy64, self.activation)
+        """The deterministic action (the Gaussian's mean, before clipping to the action bounds), float32,
+        rounded once from float64 (see the module docstring)."""
+        return mlp_rounded_once(obs, self._policy64, self.activation)
 
     def value_of(self, obs: np.ndarray) -> np.ndarray:
-        return mlp_np(obs, self._value64, self.activation)[..., 0]
+        return mlp_np(obs, self.value, self.activation)[..., 0]
 
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions a ~ N(mean(obs), exp(log_std)^2) drawn as mean(obs) + exp(log_std) * noise from standard
         normal `noise`, their log-probabilities and the Gaussian means. Samplers draw a rollout's noise up
         front, so that where and in which order its rows are acted on does not change the actions."""
-        mean = self.mean(obs)
+        mean = mlp_np(obs, self.policy, self.activation)
         actions = mean + np.exp(self.log_std) * noise
         return actions, gaussian_log_prob_np(noise, self.log_std), mean
 

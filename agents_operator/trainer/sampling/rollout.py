@@ -13,10 +13,9 @@ the PPO `Batch`.
 
 The trainer draws a rollout's noise from its own random generator up front, and every group acts with its
 own rows of it, so a rollout does not depend on where it was collected or on timing: same seeds, weights
-and grouping of the environments, same batch, bit for bit (tested). The grouping could matter only through
+and grouping of the environments, same batch, bit for bit (tested). The grouping matters only through
 rounding: BLAS computes the policy's matrix products on a group's rows, and rounds them differently for
-other row counts, but in float64, rounded once to float32 (`ppo.policy`), which hides that in all but rare
-cases. One difference is deliberate: the trainer's own samplers act on the first observation
+other row counts. One difference is deliberate: the trainer's own samplers act on the first observation
 of a rollout as it was normalised at the end of the previous one (`first_acting`); in rollout mode the
 servers normalise every observation of a rollout with that rollout's statistics. Both are equal while
 the statistics do not change.
@@ -126,8 +125,8 @@ def run(
     its own: as soon as a group's step returns, the policy acts for it and sends it on while the other
     groups are still simulating, so that neither the policy nor the slowest group keeps the others waiting.
     A group's actions depend only on its own observations and its rows of `noise`, so the rollout is the
-    same whatever the timing; the numbers could depend on the grouping only through the rounding of the
-    policy's matrix products, which differs with the number of rows they are computed on (see `ppo.policy`).
+    same whatever the timing; the numbers depend on the grouping only through the rounding of the
+    policy's matrix products, which differs with the number of rows they are computed on.
     """
     steps, n = noise.shape[:2]
     act_dim = noise.shape[2]
