@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import launch, lifecycle, localreport, naming, render, sandbox, scrape, tfconfig
+from agents_operator import exported, launch, lifecycle, localreport, naming, render, sandbox, scrape, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.launch import Launch
 from agents_operator.trainer import rundir
@@ -431,7 +431,9 @@ def _closing_lines(launcher: Launcher, outcome: lifecycle.Outcome) -> list[str]:
     elif not error:  # a failure that says why needs no guess at it
         lines.append("  no progress was reported (the chief's /metrics never answered)")
     lines.append(f"  run directory: {logdir}  (logs in {logdir / rundir.LOGS})")
-    video = logdir / rundir.VIDEO
+    video, export = logdir / rundir.VIDEO, logdir / exported.DIRECTORY / exported.METADATA
     if outcome.succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
         lines.append(f"  video: {video}")
+    if outcome.succeeded and export.exists() and export.stat().st_mtime >= launcher.since:
+        lines.append(f"  exported policy: {export.parent}  (agents-operator evaluate --model {export.parent})")
     return lines

@@ -439,6 +439,8 @@ def plan(
             b.condition(ended, False, reason, message)
         b.condition(state, True, reason, message)
         st.completion_time = status.timestamp(now)
+        if state == "Succeeded":
+            st.export = render.export_status(spec_job)
         _cleanup(
             b,
             run.clean_pod_policy,

@@ -20,6 +20,7 @@ PURE = [
     "lifecycle",
     "status",
     "reconcile",
+    "exported",
 ]
 FORBIDDEN = ["kopf", "kubernetes", "tensorflow", "gymnasium", "pybullet", "aiohttp"]
 
