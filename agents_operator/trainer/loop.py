@@ -50,6 +50,8 @@ class RunResult:
     train_returns: list[tuple[int, float]] = field(default_factory=list)  # (env steps, train mean return)
     sampling_steps: int = 0
     collect_seconds: list[float] = field(default_factory=list)  # each iteration's sampling phase, in order
+    update_seconds: list[float] = field(default_factory=list)  # each iteration's update, in order
+    evaluation_seconds: float = 0.0  # spent in the evaluations, all together
     wall_seconds: float = 0.0
 
     @property
@@ -126,6 +128,7 @@ def train(
                 state, finish = learner.finish_iteration(
                     batch, len(batch), env.observations.take_pending(), env.rewards.statistics.take_pending()
                 )
+                updated = time.monotonic()
             except distributed.LOST_CONNECTION as error:
                 if cluster is None:
                     raise
@@ -137,6 +140,7 @@ def train(
             _share_statistics(env, state)
             result.sampling_steps += len(batch)
             result.collect_seconds.append(sampled - begin)
+            result.update_seconds.append(updated - sampled)
             done = _finished(state, config, cluster)
             if chief and config.eval_every and (state.iterations % config.eval_every == 0 or done):
                 outputs.evaluate(state, env.observations)
@@ -325,6 +329,7 @@ class _Outputs:
         return (env_steps - last[1]) / (now - last[0])
 
     def evaluate(self, state: LearnerState, observations: Normalizer) -> None:
+        started = time.monotonic()
         returns, lengths = self.episodes.run_episodes(
             state.policy,
             observations,
@@ -337,6 +342,7 @@ class _Outputs:
         )
         self.metrics.eval_return.set(mean_return)
         self.result.evaluations.append((state.env_steps, mean_return))
+        self.result.evaluation_seconds += time.monotonic() - started
         self.progress.note(f"eval at {state.env_steps} steps: return {mean_return:.1f} +- {np.std(returns):.1f}")
 
     def close(self) -> None:
