@@ -1,0 +1,82 @@
+"""The referee's Stable-Baselines3 settings follow the trainer's config (benchmarks/sb3_compare.py; no torch)."""
+
+import json
+import math
+
+import pytest
+
+from agents_operator import presets, topology
+from agents_operator.config import TrainerConfig
+from benchmarks import sb3_compare
+
+# TrainerConfig properties that `identical` reads, and the fields they are made of.
+PROPERTIES = {"minibatch_size": {"envs_per_worker", "rollout_steps", "minibatches"}}
+
+
+class _Reads:
+    """A config that records the names read from it."""
+
+    def __init__(self, config: TrainerConfig):
+        self._config = config
+        self.names: set[str] = set()
+
+    def __getattr__(self, name: str):
+        self.names.add(name)
+        return getattr(self._config, name)
+
+
+def test_every_setting_is_handed_to_sb3_or_said_how_it_is_handled():
+    reads = _Reads(presets.resolve("cheetah"))
+    sb3_compare.identical(reads)
+    handed = set().union(*(PROPERTIES.get(name, {name}) for name in reads.names))
+    assert set(sb3_compare.UNMATCHED) <= set(TrainerConfig.model_fields)
+    assert set(TrainerConfig.model_fields) - handed - set(sb3_compare.UNMATCHED) == set()
+
+
+def test_the_identical_setting_follows_the_config():
+    changed = {
+        "epochs": 3,
+        "minibatches": 16,
+        "activation": "relu",
+        "learning_rate": 1e-4,
+        "lr_schedule": "constant",
+        "value_coef": 0.8,
+        "max_grad_norm": None,
+        "discount": 0.98,
+        "clip_observations": 5.0,
+        "max_episode_steps": 300,
+        "threads": 2,
+    }
+    config = presets.resolve("cheetah", changed)
+    setting = json.loads(json.dumps(sb3_compare.identical(config)))  # as sb3_runner.py reads it
+    ppo = setting["ppo"]
+    assert (ppo["n_epochs"], ppo["batch_size"], ppo["n_steps"]) == (3, config.batch_size // 16, config.rollout_steps)
+    assert (ppo["learning_rate"], setting["lr_schedule"], ppo["gamma"]) == (1e-4, "constant", 0.98)
+    assert ppo["vf_coef"] == pytest.approx(0.4)  # SB3's value loss is twice the trainer's
+    assert ppo["max_grad_norm"] == math.inf
+    assert setting["normalize"]["clip_obs"] == 5.0 and setting["normalize"]["gamma"] == 0.98
+    assert setting["policy"]["activation"] == "relu"
+    assert setting["policy"]["net_arch"] == {"pi": config.policy_layers, "vf": config.value_layers}
+    assert (setting["max_episode_steps"], setting["threads"], setting["n_envs"]) == (300, 2, 16)
+
+
+def test_both_sb3_settings_train_and_evaluate_as_the_trainer_run_does():
+    config = sb3_compare.our_config("pendulum", steps=None, eval_episodes=3, seed=4)
+    assert config.total_steps == config.batch_size  # --quick: one update
+    assert (config.video_episodes, config.export, config.metrics_port) == (0, False, 0)
+    evaluation = {"episodes": 3, "seed": 4 + topology.EVALUATION_SEED_OFFSET}
+    for setting in (sb3_compare.identical(config), sb3_compare.zoo(config)):
+        assert (setting["env_id"], setting["steps"], setting["seed"]) == ("Pendulum-v1", config.total_steps, 4)
+        assert setting["evaluation"] == evaluation
+
+
+def test_the_kl_penalty_objective_is_refused():
+    with pytest.raises(ValueError, match="kl_penalty"):
+        sb3_compare.identical(presets.resolve("pendulum", {"objective": "kl_penalty"}))
+
+
+def test_the_sb3_venv_shares_the_trainers_pins():
+    lock = sb3_compare.LOCK.read_text()
+    pins = sb3_compare.shared_pins()
+    assert [pin.split("==")[0] for pin in pins] == list(sb3_compare.SHARED_WITH_TRAINER)
+    assert all(f"\n{pin} " in lock for pin in pins)
