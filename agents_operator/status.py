@@ -24,7 +24,10 @@ and deleting the pod (or reading a stale cache) sees the marker and does not cou
 
 # --- pods ------------------------------------------------------------------------------------------------
 
-ACTIVE, SUCCEEDED, FAILED, TERMINATING = "active", "succeeded", "failed", "terminating"
+POD_ACTIVE, POD_SUCCEEDED, POD_FAILED, POD_TERMINATING = "active", "succeeded", "failed", "terminating"
+"""What a pod means to the lifecycle (`PodView.state`)."""
+PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Running", "Succeeded", "Failed"
+"""Pod phases as the kubelet reports them (and the local launcher, for its processes)."""
 
 TRAINER_CONTAINER = "agents"
 
@@ -52,12 +55,12 @@ class PodView:
     @property
     def state(self) -> str:
         if self.terminating:
-            return TERMINATING
-        if self.phase == "Succeeded":
-            return SUCCEEDED
-        if self.phase == "Failed":
-            return FAILED
-        return ACTIVE
+            return POD_TERMINATING
+        if self.phase == PHASE_SUCCEEDED:
+            return POD_SUCCEEDED
+        if self.phase == PHASE_FAILED:
+            return POD_FAILED
+        return POD_ACTIVE
 
     @property
     def slot(self) -> tuple[str, int]:
@@ -101,8 +104,8 @@ def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
     name = meta.get("name") or ""
     if name != naming.child_name(labels[naming.LABEL_JOB], replica_type, index):
         return None  # our labels on a pod we did not name: not one of ours
-    phase = (pod.get("status") or {}).get("phase") or "Pending"
-    exit_code, reason = _exit(pod) if phase == "Failed" else (None, None)
+    phase = (pod.get("status") or {}).get("phase") or PHASE_PENDING
+    exit_code, reason = _exit(pod) if phase == PHASE_FAILED else (None, None)
     counted = (meta.get("annotations") or {}).get(ANNOTATION_COUNTED)
     return PodView(
         name=name,
@@ -150,7 +153,7 @@ def overlay(
     deleting, counted = set(deleting), counted or {}
     out = []
     for pod in pods:
-        if pod.name in counted and pod.counted is None and pod.phase == "Failed":
+        if pod.name in counted and pod.counted is None and pod.phase == PHASE_FAILED:
             pod = replace(pod, counted=counted[pod.name])
         if pod.name in deleting:
             pod = replace(pod, terminating=True)
@@ -160,11 +163,15 @@ def overlay(
 
 # --- conditions ------------------------------------------------------------------------------------------
 
-PRECEDENCE = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "ReplicaFailure", "Created")
+CREATED, REPLICA_FAILURE, RUNNING, RESTARTING = "Created", "ReplicaFailure", "Running", "Restarting"
+SUSPENDED, SUCCEEDED, FAILED = "Suspended", "Succeeded", "Failed"
+"""The condition types of a job (`api.ConditionType`); its `state` is one of them."""
+
+PRECEDENCE = (FAILED, SUCCEEDED, SUSPENDED, RESTARTING, RUNNING, REPLICA_FAILURE, CREATED)
 """When several conditions are True, state is the first of these (terminal ones win; a job whose pods the
 API server refuses shows ReplicaFailure until they run, rather than a Created that will not progress)."""
 
-ORDER = ("Created", "ReplicaFailure", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+ORDER = (CREATED, REPLICA_FAILURE, RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 """The order of status.conditions, and of the states the operator counts."""
 
 
@@ -216,7 +223,7 @@ def state_of(status: AgentsJobStatus) -> str | None:
 
 
 def finished(status: AgentsJobStatus) -> bool:
-    return is_true(status, "Succeeded") or is_true(status, "Failed")
+    return is_true(status, SUCCEEDED) or is_true(status, FAILED)
 
 
 def parse_status(raw: Any) -> AgentsJobStatus:

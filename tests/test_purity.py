@@ -15,9 +15,13 @@ PURE = [
     "presets",
     "manifests",
     "yamlload",
-    "lifecycle",
     "status",
     "reconcile",
+    "reconcile.actions",
+    "reconcile.rules",
+    "reconcile.conditions",
+    "reconcile.observe",
+    "reconcile.steps",
 ]
 FORBIDDEN = ["kopf", "kubernetes", "tensorflow", "gymnasium", "pybullet", "aiohttp"]
 
