@@ -109,14 +109,14 @@ class Failures:
 def failures(job: api.AgentsJob, slots: Iterable[PodView | None], restarts: int) -> Failures:
     """Apply `failure` to every failed pod in slot order, counting each replacement.
 
-    The first Outcome ends the job, and then nothing is replaced or counted: a permanent failure ends it
-    before what failed with it is restarted. A pod with a marker (`PodView.counted`) was counted before,
-    perhaps by an operator that then stopped: it is replaced without being counted again.
+    The first Outcome ends the job: nothing is replaced then (a permanent failure ends it before what failed
+    with it is restarted), though failures judged before it in this plan stay counted in `restarts`, which
+    the backoff limit's message quotes. A pod with a marker (`PodView.counted`) was counted before, perhaps
+    by an operator that then stopped: it is replaced without being counted again.
     """
     replaced: list[PodView] = []
     counted: list[PodView] = []
     backoff_limit = job.spec.run_policy.backoff_limit
-    before = restarts
     for pod in slots:
         if pod is None or pod.state != status.POD_FAILED:
             continue
@@ -125,7 +125,7 @@ def failures(job: api.AgentsJob, slots: Iterable[PodView | None], restarts: int)
             continue
         outcome = failure(pod, job.spec.restart_policy(pod.replica_type), restarts, backoff_limit)
         if outcome is not None:
-            return Failures(before, [], [], outcome)
+            return Failures(restarts, replaced, counted, outcome)
         restarts += 1
         counted.append(replace(pod, counted=restarts))
         replaced.append(counted[-1])
