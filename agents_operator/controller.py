@@ -1,40 +1,39 @@
-"""kopf glue: indexes of what exists, triggers, and one `Controller.reconcile` that plans and executes.
+"""The operator's controller: when to plan a job, one plan at a time, what it remembers between plans.
 
-Nothing here decides anything: `reconcile.plan` does, from the indexes (kopf keeps them current from its
-watches; no listing inside handlers). What this module adds is what a pure function cannot know:
+Nothing here decides the lifecycle: `reconcile.plan` does, from kopf's indexes (kept current from the
+watches by `handlers`, the kopf glue; no listing here). What the controller adds is what a pure function
+cannot know:
 
-- triggers: a job listed, added, deleted or with an unobserved spec generation, any event of a job's pod,
-  Service, Deployment or NetworkPolicy, a periodic resync (which also reads progress), and the wake-up a
-  plan asks for (deadline, TTL);
-- one reconcile at a time per job (an asyncio lock), with bursts of pod events coalesced into one rerun;
+- one reconcile at a time per job (an asyncio lock), with bursts of kicks coalesced into one rerun;
 - the operator's own recent writes, remembered until the watch delivers them (`JobMemory`), so that a stale
   cache neither counts a failure twice nor rewinds the status;
 - errors: a job whose reconcile fails (children refused included: reported first) is retried with backoff;
   it never stops the others;
+- the wake-up a plan asks for (deadline, TTL), a periodic resync that also reads the chief's progress;
 - planning on a worker thread, with what the job's spec renders to kept per job (`JobMemory.desired`).
+
+All of it lives in one `JobRecord` per job, dropped with the job (`forget`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-import kopf
 
 from agents_operator import api, naming, reconcile, render, status
 from agents_operator.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 
-JOBS = (naming.GROUP, naming.VERSION, naming.PLURAL)
-OURS = {naming.LABEL_JOB: kopf.PRESENT}
 Key = tuple[str, str]
 """(namespace, job name)"""
 
@@ -44,6 +43,12 @@ METRICS_LIMIT = 1 << 20
 """Most bytes of the chief's /metrics the operator reads (the trainer's are a few KiB). The endpoint is the
 job's own code, reachable by anyone the NetworkPolicy lets in: a bigger body is refused, not read."""
 METRICS_CHUNK = 64 << 10
+
+INDEX_JOBS, INDEX_PODS, INDEX_SERVICES = "agents_jobs", "agents_pods", "agents_services"
+INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES = "agents_deployments", "agents_networkpolicies"
+INDEXES = (INDEX_JOBS, INDEX_PODS, INDEX_SERVICES, INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES)
+"""kopf's indexes (their handler ids), each from (namespace, job name) to the values kept of its objects."""
+Index = Mapping[Key, Iterable]
 
 
 @dataclass
@@ -57,6 +62,30 @@ class JobMemory:
     counted: dict[str, int] = field(default_factory=dict)
     failures: int = 0
     desired: reconcile.DesiredCache = field(default_factory=reconcile.DesiredCache)
+
+
+@dataclass
+class JobRecord:
+    """All the controller keeps about one job."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by a reconcile or a progress write: one at a time per job."""
+    memory: JobMemory = field(default_factory=JobMemory)
+    dirty: bool = False
+    """Kicked since the last reconcile began: run once more."""
+    task: asyncio.Task | None = None
+    """The task that reconciles the job while it is dirty."""
+    wakeup: asyncio.TimerHandle | None = None
+    state: str | None = None
+    """The job's status.state as last planned, for the probe and the metrics."""
+    users: int = 0
+    """Coroutines waiting for or holding `lock`."""
+    forgotten: bool = False
+    """The job is gone: the record is dropped as soon as nothing uses it."""
+
+    @property
+    def busy(self) -> bool:
+        return self.users > 0 or (self.task is not None and not self.task.done())
 
 
 @dataclass
@@ -74,7 +103,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _first(index: kopf.Index | None, key: Key) -> Any:
+def _first(index: Index | None, key: Key) -> Any:
     if index is None:
         return None
     try:
@@ -86,7 +115,7 @@ def _first(index: kopf.Index | None, key: Key) -> Any:
     return None
 
 
-def _all(index: kopf.Index | None, key: Key) -> list:
+def _all(index: Index | None, key: Key) -> list:
     if index is None:
         return []
     try:
@@ -102,70 +131,123 @@ class Controller:
         self.kube = kube
         self.options = options or ControllerOptions()
         self.metrics = metrics
-        self.indexes: dict[str, kopf.Index] = {}
-        self.locks: dict[Key, asyncio.Lock] = {}
-        self.memory: dict[Key, JobMemory] = {}
-        self.dirty: set[Key] = set()
-        self.tasks: dict[Key, asyncio.Task] = {}
-        self.wakeups: dict[Key, asyncio.TimerHandle] = {}
-        self.states: dict[Key, str | None] = {}
+        self.indexes: dict[str, Index] = {}
+        self.jobs: dict[Key, JobRecord] = {}
         self.metrics_url: Callable[[str, str, int], str] = status.metrics_url
         self.now: Callable[[], datetime] = _now
+
+    # --- records -------------------------------------------------------------------------------------------
+
+    def record(self, key: Key) -> JobRecord:
+        rec = self.jobs.get(key)
+        if rec is None:
+            rec = self.jobs[key] = JobRecord()
+        return rec
+
+    def task(self, key: Key) -> asyncio.Task | None:
+        """The task reconciling the job now, if one is."""
+        rec = self.jobs.get(key)
+        return rec.task if rec is not None else None
+
+    def states(self) -> list[str | None]:
+        return [rec.state for rec in self.jobs.values() if rec.state is not None]
+
+    @contextlib.asynccontextmanager
+    async def locked(self, key: Key) -> AsyncIterator[JobRecord]:
+        """The job's record, under its lock."""
+        rec = self.record(key)
+        rec.users += 1
+        try:
+            async with rec.lock:
+                yield rec
+        finally:
+            rec.users -= 1
+            self._drop(key, rec)
+
+    def forget(self, key: Key) -> None:
+        """The job is gone: its memory, wake-up and state go now, its record (and lock) once nothing uses it."""
+        rec = self.jobs.get(key)
+        if rec is None:
+            return
+        rec.memory = JobMemory()
+        if rec.wakeup is not None:
+            rec.wakeup.cancel()
+            rec.wakeup = None
+        rec.forgotten = True
+        self.set_state(rec, None)
+        self._drop(key, rec)
+
+    def _drop(self, key: Key, rec: JobRecord) -> None:
+        if rec.forgotten and not rec.dirty and not rec.busy and self.jobs.get(key) is rec:
+            del self.jobs[key]
+
+    def set_state(self, rec: JobRecord, state: str | None) -> None:
+        rec.state = state
+        if self.metrics:
+            self.metrics.set_states(self.states())
 
     # --- indexes -------------------------------------------------------------------------------------------
 
     def remember_indexes(self, kwargs: dict[str, Any]) -> None:
-        for name in ("agents_jobs", "agents_pods", "agents_services", "agents_deployments", "agents_networkpolicies"):
+        for name in INDEXES:
             if name in kwargs:
                 self.indexes[name] = kwargs[name]
 
     def observed(self, key: Key) -> tuple[dict | None, list, list, list]:
-        job = _first(self.indexes.get("agents_jobs"), key)
+        job = _first(self.indexes.get(INDEX_JOBS), key)
         return (
             copy.deepcopy(job) if job else None,
-            _all(self.indexes.get("agents_pods"), key),
-            _all(self.indexes.get("agents_services"), key),
+            _all(self.indexes.get(INDEX_PODS), key),
+            _all(self.indexes.get(INDEX_SERVICES), key),
             # Deployments and NetworkPolicies: the plan only needs their kind and name.
-            _all(self.indexes.get("agents_deployments"), key) + _all(self.indexes.get("agents_networkpolicies"), key),
+            _all(self.indexes.get(INDEX_DEPLOYMENTS), key) + _all(self.indexes.get(INDEX_NETWORK_POLICIES), key),
         )
 
     # --- reconcile ---------------------------------------------------------------------------------------
 
     async def reconcile(self, key: Key) -> reconcile.Plan | None:
         """Plan and execute for one job; raises on API errors (the caller retries)."""
-        lock = self.locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            self.dirty.discard(key)
+        async with self.locked(key) as rec:
+            rec.dirty = False
             job, pods, services, deployments = self.observed(key)
             if job is None:
-                await self._orphans(key)
+                if await self._orphans(key):
+                    self.forget(key)
                 return None
-            memory = self.memory.setdefault(key, JobMemory())
-            job, pods = self._overlay(job, pods, memory)
+            rec.forgotten = False
+            job, pods = self._overlay(job, pods, rec.memory)
             started = time.perf_counter()
-            plan = await self.plan(job, pods, services, deployments, memory.desired)
+            plan = await self.plan(job, pods, services, deployments, rec.memory.desired)
             if plan.actions and log.isEnabledFor(logging.DEBUG):  # a large job's plan is thousands of actions
                 log.debug("%s/%s: %s", *key, ", ".join(_describe_action(a) for a in plan.actions))
-            try:
-                outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
-            except Exception as err:
-                partial = getattr(err, "outcome", None)
-                if partial is not None:
-                    self._learn(key, memory, plan, partial)  # what did happen must not happen twice
-                raise
-            self._learn(key, memory, plan, outcome)
+            outcome = await self._execute(key, rec, job, plan)
             if self.metrics:
                 self.metrics.observe(plan, outcome, time.perf_counter() - started)
-            gone = outcome.job_gone or outcome.job_deleted
-            if outcome.refused and not gone:
-                plan = await self._report_refusals(key, job, plan, outcome.refused, memory)
-            self.set_state(key, None if gone else plan.status.get("state"))
-            if plan.requeue_after is not None and not gone:
-                self.wake_later(key, plan.requeue_after)
-            if outcome.refused and not gone:
-                raise Refused(outcome.refused)
-            memory.failures = 0
-            return plan
+            return await self._after(key, rec, job, plan, outcome)
+
+    async def _execute(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan) -> Any:
+        try:
+            outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
+        except Exception as err:
+            partial = getattr(err, "outcome", None)
+            if partial is not None:
+                self._learn(key, rec.memory, plan, partial)  # what did happen must not happen twice
+            raise
+        self._learn(key, rec.memory, plan, outcome)
+        return outcome
+
+    async def _after(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan, outcome: Any) -> reconcile.Plan:
+        """Refusals reported, the state and the wake-up the plan asks for kept; Refused raised for a retry."""
+        gone = outcome.job_gone or outcome.job_deleted
+        if outcome.refused and not gone:
+            plan = await self._report_refusals(key, job, plan, outcome.refused, rec.memory)
+        self.set_state(rec, None if gone else plan.status.get("state"))
+        if plan.requeue_after is not None and not gone:
+            self.wake_later(key, plan.requeue_after)
+        if outcome.refused and not gone:
+            raise Refused(outcome.refused)
+        rec.memory.failures = 0
+        return plan
 
     async def _report_refusals(
         self, key: Key, job: dict, plan: reconcile.Plan, refusals: list[reconcile.Refusal], memory: JobMemory
@@ -221,87 +303,77 @@ class Controller:
             elif isinstance(action, reconcile.MarkCounted):
                 memory.counted[action.pod] = action.restarts
 
-    async def _orphans(self, key: Key) -> None:
-        """Children whose job is not indexed: delete them once the API confirms the job is gone."""
+    async def _orphans(self, key: Key) -> bool:
+        """Children whose job is not indexed: delete them once the API confirms the job is gone. False when
+        the job exists after all (the index is behind)."""
         _, pods, services, deployments = self.observed(key)
         if not (pods or services or deployments):
-            return
+            return True
         namespace, name = key
         if await asyncio.to_thread(self.kube.get, naming.KIND, namespace, name) is not None:
-            return  # the index is behind: the job exists
+            return False
         for list_kind, views in (("Pod", pods), ("Service", services), (None, deployments)):
             for view in views:
                 kind = list_kind or view.kind  # Deployments and NetworkPolicies share a list
                 if not view.terminating:
                     log.info("deleting %s %s/%s: its AgentsJob %s is gone", kind, namespace, view.name, name)
                     await asyncio.to_thread(self.kube.delete, kind, namespace, view.name)
-        self.forget(key)
-
-    def forget(self, key: Key) -> None:
-        self.memory.pop(key, None)
-        handle = self.wakeups.pop(key, None)
-        if handle:
-            handle.cancel()
-        self.set_state(key, None)
-
-    def set_state(self, key: Key, state: str | None) -> None:
-        if state is None:
-            self.states.pop(key, None)
-        else:
-            self.states[key] = state
-        if self.metrics:
-            self.metrics.set_states(self.states.values())
+        return True
 
     # --- background triggers -------------------------------------------------------------------------------
 
     def kick(self, key: Key) -> None:
         """Reconcile the job soon, in the background; many kicks while one runs cause one more run."""
-        self.dirty.add(key)
-        task = self.tasks.get(key)
-        if task is None or task.done():
-            self.tasks[key] = asyncio.get_running_loop().create_task(self._drain(key), name=f"reconcile {key}")
+        rec = self.record(key)
+        rec.dirty = True
+        if rec.task is None or rec.task.done():
+            rec.task = asyncio.get_running_loop().create_task(self._drain(key, rec), name=f"reconcile {key}")
 
-    async def _drain(self, key: Key) -> None:
+    async def _drain(self, key: Key, rec: JobRecord) -> None:
         try:
-            while key in self.dirty:
+            while rec.dirty:
                 try:
                     await self.reconcile(key)
                 except Exception as err:  # one job's trouble never stops the operator
                     self.back_off(key, err)
         finally:
-            self.tasks.pop(key, None)
+            rec.task = None
+            self._drop(key, rec)
 
     def back_off(self, key: Key, err: BaseException) -> None:
         """A reconcile failed: try again later, twice as late after each failure in a row (up to max_backoff)."""
-        memory = self.memory.setdefault(key, JobMemory())
-        memory.failures += 1
-        delay = min(self.options.max_backoff, 0.5 * 2**memory.failures)
+        rec = self.record(key)
+        rec.memory.failures += 1
+        delay = min(self.options.max_backoff, 0.5 * 2**rec.memory.failures)
         if self.metrics:
             self.metrics.errors.inc()
         log.warning("reconcile of %s/%s failed (retry in %.1f s): %s", *key, delay, _brief(err))
-        self.dirty.discard(key)
+        rec.dirty = False
         self.wake_later(key, delay)
 
     def wake_later(self, key: Key, seconds: float) -> None:
-        old = self.wakeups.pop(key, None)
-        if old is not None and old.when() <= asyncio.get_running_loop().time() + seconds:
-            self.wakeups[key] = old  # an earlier wake-up is already there
-            return
-        if old is not None:
-            old.cancel()
+        rec = self.record(key)
         loop = asyncio.get_running_loop()
-        self.wakeups[key] = loop.call_later(max(seconds, 0.0) + 0.05, self._wake, key)
+        if rec.wakeup is not None and rec.wakeup.when() <= loop.time() + seconds:
+            return  # an earlier wake-up is already there
+        if rec.wakeup is not None:
+            rec.wakeup.cancel()
+        rec.wakeup = loop.call_later(max(seconds, 0.0) + 0.05, self._wake, key)
 
     def _wake(self, key: Key) -> None:
-        self.wakeups.pop(key, None)
+        rec = self.jobs.get(key)
+        if rec is not None:
+            rec.wakeup = None
         self.kick(key)
 
     async def shutdown(self) -> None:
-        for handle in self.wakeups.values():
-            handle.cancel()
-        tasks = list(self.tasks.values())
-        for task in tasks:
-            task.cancel()
+        tasks = []
+        for rec in self.jobs.values():
+            if rec.wakeup is not None:
+                rec.wakeup.cancel()
+            if rec.task is not None:
+                rec.task.cancel()
+                tasks.append(rec.task)
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def resync_loop(self) -> None:
@@ -312,7 +384,7 @@ class Controller:
         """
         while True:
             await asyncio.sleep(self.options.progress_interval)
-            jobs = self.indexes.get("agents_jobs")
+            jobs = self.indexes.get(INDEX_JOBS)
             if jobs is None:
                 continue
             keys = list(jobs.keys())
@@ -346,18 +418,13 @@ class Controller:
         job, *_ = self.observed(key)
         if job is None:
             return None
-        memory = self.memory.get(key)
-        current = (memory.written_status if memory and memory.written_status else job.get("status")) or {}
-        if current.get("state") not in ("Running", "Restarting"):
+        rec = self.jobs.get(key)
+        written = rec.memory.written_status if rec is not None else None
+        current = (written or job.get("status")) or {}
+        if current.get("state") not in (status.RUNNING, status.RESTARTING):
             return None
-        try:
-            parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            port = parsed.trainer_config().metrics_port
-        except (api.InvalidJob, KeyError, ValueError):
-            return None
-        if not port:
-            return None
-        body = await self._fetch_metrics(key, self.metrics_url(key[1], key[0], port))
+        port = _metrics_port(job)
+        body = await self._fetch_metrics(key, self.metrics_url(key[1], key[0], port)) if port else None
         if body is None:
             return None
         now = self.now()
@@ -366,15 +433,24 @@ class Controller:
         if progress is None:
             return None
         old = {k: v for k, v in (current.get("progress") or {}).items() if k != "updatedAt"}
-        if old == {k: v for k, v in progress.items() if k != "updatedAt"}:
-            return progress
-        lock = self.locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            written = await asyncio.to_thread(self.kube.patch_status, key[0], key[1], {"progress": progress})
-            memory = self.memory.get(key)
-            if written is not None and memory and memory.written_status is not None:
-                memory.written_status["progress"] = progress
+        if old != {k: v for k, v in progress.items() if k != "updatedAt"}:
+            await self._write_progress(key, progress)
         return progress
+
+    async def _write_progress(self, key: Key, progress: dict) -> None:
+        async with self.locked(key) as rec:
+            written = await asyncio.to_thread(self.kube.patch_status, key[0], key[1], {"progress": progress})
+            if written is not None and rec.memory.written_status is not None:
+                rec.memory.written_status["progress"] = progress
+
+
+def _metrics_port(job: dict) -> int | None:
+    """The chief's metrics port, from the job's trainer settings; None when it serves none or cannot run."""
+    try:
+        parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        return parsed.trainer_config().metrics_port or None
+    except (api.InvalidJob, KeyError, ValueError):
+        return None
 
 
 class Refused(Exception):
@@ -420,110 +496,3 @@ def _describe_action(action: reconcile.Action) -> str:
 
 def _brief(err: BaseException) -> str:
     return str(err) if isinstance(err, ApiError | OSError | Refused) else f"{type(err).__name__}: {err}"
-
-
-# --- kopf handlers ---------------------------------------------------------------------------------------
-
-
-def _job_value(body: kopf.Body) -> dict:
-    """What the jobs index keeps of a job: the object without kopf's bookkeeping."""
-    meta = body.get("metadata") or {}
-    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "ownerReferences", "deletionTimestamp")
-    return {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": copy.deepcopy({k: meta[k] for k in keep if k in meta}),
-        "spec": copy.deepcopy(dict(body.get("spec") or {})),
-        "status": copy.deepcopy(dict(body.get("status") or {})),
-    }
-
-
-def _spec_unobserved(body: kopf.Body) -> bool:
-    generation = (body.get("metadata") or {}).get("generation")
-    return generation is not None and generation != (body.get("status") or {}).get("observedGeneration")
-
-
-def _key(body: kopf.Body) -> Key | None:
-    meta = body.get("metadata") or {}
-    job = (meta.get("labels") or {}).get(naming.LABEL_JOB)
-    return (meta.get("namespace") or "default", job) if job else None
-
-
-def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
-    """Every handler of the operator, on `registry`."""
-
-    @kopf.index(*JOBS, id="agents_jobs", registry=registry)
-    async def agents_jobs(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
-        return {(namespace, name): _job_value(body)}
-
-    @kopf.index("v1", "pods", labels=OURS, id="agents_pods", registry=registry)
-    async def agents_pods(body: kopf.Body, **_: Any) -> dict:
-        key, view = _key(body), status.view_pod(body)
-        return {key: view} if key and view else {}
-
-    @kopf.index("v1", "services", labels=OURS, id="agents_services", registry=registry)
-    async def agents_services(body: kopf.Body, **_: Any) -> dict:
-        key, view = _key(body), status.view_child(body)
-        return {key: view} if key and view else {}
-
-    @kopf.index("apps", "v1", "deployments", labels=OURS, id="agents_deployments", registry=registry)
-    async def agents_deployments(body: kopf.Body, **_: Any) -> dict:
-        key, view = _key(body), status.view_child(body)
-        return {key: view} if key and view else {}
-
-    @kopf.index(
-        "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="agents_networkpolicies", registry=registry
-    )
-    async def agents_networkpolicies(body: kopf.Body, **_: Any) -> dict:
-        key, view = _key(body), status.view_child(body)
-        return {key: view} if key and view else {}
-
-    @kopf.on.event(*JOBS, id="job-event", registry=registry)
-    async def job_event(type: str | None, body: kopf.Body, namespace: str, name: str, **kwargs: Any) -> None:
-        """A job listed at start-up, created, deleted, or with a spec not yet reconciled: reconcile it.
-
-        No kopf create/update handlers: those keep state in annotations of every job (a patch each, and a
-        diff of the whole job on every event); `metadata.generation` against `status.observedGeneration`
-        tells a spec change apart from the operator's own status writes without either."""
-        controller.remember_indexes(kwargs)
-        key = (namespace, name)
-        if type == "DELETED":
-            controller.forget(key)
-            controller.kick(key)  # the children of a job that is gone: cleaned up as orphans
-        elif type in (None, "ADDED") or _spec_unobserved(body):
-            controller.kick(key)
-
-    async def _child_event(body: kopf.Body, kwargs: dict) -> None:
-        controller.remember_indexes(kwargs)
-        key = _key(body)
-        if key:
-            controller.kick(key)
-
-    @kopf.on.event("v1", "pods", labels=OURS, id="pod-event", registry=registry)
-    async def pod_event(body: kopf.Body, **kwargs: Any) -> None:
-        await _child_event(body, kwargs)
-
-    @kopf.on.event("v1", "services", labels=OURS, id="service-event", registry=registry)
-    async def service_event(body: kopf.Body, **kwargs: Any) -> None:
-        await _child_event(body, kwargs)
-
-    @kopf.on.event("apps", "v1", "deployments", labels=OURS, id="deployment-event", registry=registry)
-    async def deployment_event(body: kopf.Body, **kwargs: Any) -> None:
-        await _child_event(body, kwargs)
-
-    @kopf.on.event(
-        "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="networkpolicy-event", registry=registry
-    )
-    async def networkpolicy_event(body: kopf.Body, **kwargs: Any) -> None:
-        await _child_event(body, kwargs)
-
-    @kopf.on.probe(id="jobs", registry=registry)
-    async def jobs_probe(**_: Any) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for state in controller.states.values():
-            counts[state or "Unknown"] = counts.get(state or "Unknown", 0) + 1
-        return counts
-
-    @kopf.on.cleanup(id="stop", registry=registry)
-    async def stop(**_: Any) -> None:
-        await controller.shutdown()
