@@ -39,21 +39,8 @@ from typing import Any
 
 from agents_operator import api, naming, podsecurity, render, status
 from agents_operator.api import AgentsJobStatus
+from agents_operator.reconcile import actions as act
 from agents_operator.reconcile import rules
-from agents_operator.reconcile.actions import (
-    KIND_POD,
-    KIND_SERVICE,
-    WARNING,
-    Action,
-    Create,
-    Delete,
-    DeleteJob,
-    Event,
-    MarkCounted,
-    Plan,
-    Refusal,
-    WriteStatus,
-)
 from agents_operator.reconcile.conditions import Conditions
 from agents_operator.reconcile.observe import Desired, DesiredCache, Observed, Slot, observe, replica_statuses
 from agents_operator.status import POD_ACTIVE, ChildView, PodView
@@ -74,34 +61,34 @@ class _Builder:
         self.status = job_status
         self.now = now
         self.conditions = Conditions(job_status, now)
-        self.marks: list[MarkCounted] = []
-        self.deletes: list[Delete] = []
+        self.marks: list[act.MarkCounted] = []
+        self.deletes: list[act.Delete] = []
         self.deleting: set[tuple[str, str]] = set()
-        self.creates: list[Create] = []
-        self.job_delete: DeleteJob | None = None
+        self.creates: list[act.Create] = []
+        self.job_delete: act.DeleteJob | None = None
         self.requeue_after: float | None = None
 
     def delete(self, kind: str, name: str, reason: str, grace: int | None = None) -> None:
         if (kind, name) not in self.deleting:
             self.deleting.add((kind, name))
-            self.deletes.append(Delete(kind, name, reason, grace))
+            self.deletes.append(act.Delete(kind, name, reason, grace))
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
-    def finish(self, old: Mapping[str, Any], outcome: rules.Outcome | None = None) -> Plan:
+    def finish(self, old: Mapping[str, Any], outcome: rules.Outcome | None = None) -> act.Plan:
         self.status.state = status.state_of(self.status)
         new = status.dump_status(self.status)
         patch = status.status_patch(old, new)
-        actions: list[Action] = [*self.marks]
+        actions: list[act.Action] = [*self.marks]
         if patch:
-            actions.append(WriteStatus(patch))
+            actions.append(act.WriteStatus(patch))
         actions += [*self.deletes, *self.creates]
         if self.job_delete:
             actions.append(self.job_delete)
         events = self.conditions.events
-        return Plan(actions=actions, status=new, events=events, requeue_after=self.requeue_after, outcome=outcome)
+        return act.Plan(actions=actions, status=new, events=events, requeue_after=self.requeue_after, outcome=outcome)
 
 
 @dataclass
@@ -136,7 +123,7 @@ def plan(
     options: render.RenderOptions | None = None,
     cache: DesiredCache | None = None,
     allow_privileged: bool = False,
-) -> Plan:
+) -> act.Plan:
     """Decide what to do about one AgentsJob, given its observed pods, Services and Deployments.
 
     `cache` (this job's, from an earlier plan) spares rendering what the spec asks for again.
@@ -155,7 +142,7 @@ def plan(
     if spec.spec.pod_security == podsecurity.PRIVILEGED and not allow_privileged:
         return _refuse(b, prev, old, meta, rules.PRIVILEGED_NOT_ALLOWED, PRIVILEGED_NOT_ALLOWED)
     if meta.get("deletionTimestamp"):
-        return Plan(actions=[], status=old)  # being deleted: creating children now would fight the GC
+        return act.Plan(actions=[], status=old)  # being deleted: creating children now would fight the GC
 
     desired = cache.get(job, spec, options) if cache is not None else Desired.of(spec, options)
     name = meta.get("name") or ""
@@ -168,7 +155,7 @@ def plan(
     return _finished(b, j) if status.finished(prev) else _decide(b, j)
 
 
-def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason: str, message: str) -> Plan:
+def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason: str, message: str) -> act.Plan:
     """1. A job that cannot run fails at once, and nothing of it is created."""
     b.status.observed_generation = meta.get("generation")  # judged: its spec changes are what wake the operator
     if not status.finished(prev):
@@ -177,7 +164,7 @@ def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason
     return b.finish(old)
 
 
-def _finished(b: _Builder, j: _Job) -> Plan:
+def _finished(b: _Builder, j: _Job) -> act.Plan:
     """2. A finished job only cleans up and waits for its TTL."""
     failed = status.get_condition(j.prev, status.FAILED)
     deadline = failed is not None and failed.status == "True" and failed.reason == rules.DEADLINE_EXCEEDED
@@ -188,7 +175,7 @@ def _finished(b: _Builder, j: _Job) -> Plan:
     return b.finish(j.old)
 
 
-def _decide(b: _Builder, j: _Job) -> Plan:
+def _decide(b: _Builder, j: _Job) -> act.Plan:
     """3-5. Success, deadline, failures: whichever ends the job first; else failed pods are replaced."""
     restarts = max([j.prev.restarts, *(p.counted for p in j.slots.values() if p.counted is not None)])
     outcome = rules.success(j.spec, j.slots)
@@ -205,15 +192,15 @@ def _decide(b: _Builder, j: _Job) -> Plan:
     limit = j.run.backoff_limit
     for pod in failures.counted:
         what = f"{rules.describe(pod)}; replacing it (restart {pod.counted} of backoffLimit {limit})"
-        b.conditions.events.append(Event(WARNING, rules.POD_FAILED, what))
+        b.conditions.events.append(act.Event(act.WARNING, rules.POD_FAILED, what))
     b.status.restarts = failures.restarts
     if outcome is not None:
         return _end(b, j, outcome)
-    b.marks += [MarkCounted(pod.name, pod.counted) for pod in failures.counted]
+    b.marks += [act.MarkCounted(pod.name, pod.counted) for pod in failures.counted]
     return _progress(b, j, failures)
 
 
-def _end(b: _Builder, j: _Job, outcome: rules.Outcome) -> Plan:
+def _end(b: _Builder, j: _Job, outcome: rules.Outcome) -> act.Plan:
     """The job succeeded or failed: its conditions say so, cleanup runs, the TTL starts."""
     b.conditions.end(outcome)
     b.status.completion_time = status.timestamp(b.now)
@@ -224,11 +211,11 @@ def _end(b: _Builder, j: _Job, outcome: rules.Outcome) -> Plan:
     return b.finish(j.old, outcome)
 
 
-def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> Plan:
+def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> act.Plan:
     """A job in progress: failed pods go, then 6. suspend or resume, 7. what is missing is created."""
     b.conditions.created(j.name)
     for pod in failures.replaced:
-        b.delete(KIND_POD, pod.name, f"replacing the failed pod (restart {pod.counted})", grace=0)
+        b.delete(act.KIND_POD, pod.name, f"replacing the failed pod (restart {pod.counted})", grace=0)
         j.slots[pod.slot] = replace(pod, terminating=True)
     if j.run.suspend:
         return _suspend(b, j)
@@ -246,11 +233,11 @@ def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> Plan:
     return b.finish(j.old)
 
 
-def _suspend(b: _Builder, j: _Job) -> Plan:
+def _suspend(b: _Builder, j: _Job) -> act.Plan:
     """6. A suspended job's active pods are deleted; finished ones, the Services and the status stay."""
     for pod in j.slots.values():
         if pod.state == POD_ACTIVE:
-            b.delete(KIND_POD, pod.name, "job suspended")
+            b.delete(act.KIND_POD, pod.name, "job suspended")
     b.conditions.suspended()
     b.status.replica_statuses = replica_statuses(j.spec, {s: p for s, p in j.slots.items() if not p.terminating})
     return b.finish(j.old)
@@ -261,12 +248,12 @@ def _create_missing(b: _Builder, j: _Job) -> list[Slot]:
     empty slots; delete children the spec no longer has. The slots whose pods are created."""
     for key, obj in j.desired.others.items():
         if key not in j.seen.children:
-            b.creates.append(Create(copy.deepcopy(obj)))
+            b.creates.append(act.Create(copy.deepcopy(obj)))
     for (kind, name), child in j.seen.children.items():
         if (kind, name) not in j.desired.others and not child.terminating:
             b.delete(kind, name, "not a child of the spec")
     missing = [slot for slot in j.desired.slots if slot not in j.slots]
-    b.creates += [Create(render.pod(j.spec, replica_type, index, j.options)) for replica_type, index in missing]
+    b.creates += [act.Create(render.pod(j.spec, replica_type, index, j.options)) for replica_type, index in missing]
     return missing
 
 
@@ -299,12 +286,12 @@ def _cleanup(b: _Builder, j: _Job, *, stop_running: bool, why: str) -> None:
             continue
         stop = policy == "Running" or stop_running or pod.replica_type == naming.ENV_SERVER
         if policy == "All" or (pod.state == POD_ACTIVE and stop):
-            b.delete(KIND_POD, pod.name, f"job {why}, cleanPodPolicy {policy}")
+            b.delete(act.KIND_POD, pod.name, f"job {why}, cleanPodPolicy {policy}")
     if policy == "None":
         return
     for svc in j.seen.children.values():
-        if svc.kind == KIND_SERVICE and not svc.terminating and not svc.name.endswith(naming.TENSORBOARD_SUFFIX):
-            b.delete(KIND_SERVICE, svc.name, f"job {why}, cleanPodPolicy {policy}")
+        if svc.kind == act.KIND_SERVICE and not svc.terminating and not svc.name.endswith(naming.TENSORBOARD_SUFFIX):
+            b.delete(act.KIND_SERVICE, svc.name, f"job {why}, cleanPodPolicy {policy}")
 
 
 def _ttl(b: _Builder, ttl: int | None) -> None:
@@ -313,14 +300,14 @@ def _ttl(b: _Builder, ttl: int | None) -> None:
     ended = status.parse_time(b.status.completion_time) or b.now
     remaining = (ended + timedelta(seconds=ttl) - b.now).total_seconds()
     if remaining <= 0:
-        b.job_delete = DeleteJob(f"finished {ttl} s ago (ttlSecondsAfterFinished)")
+        b.job_delete = act.DeleteJob(f"finished {ttl} s ago (ttlSecondsAfterFinished)")
     else:
         b.requeue(remaining)
 
 
-def refused(job_status: Mapping[str, Any], refusals: list[Refusal], now: datetime) -> Plan:
+def refused(job_status: Mapping[str, Any], refusals: list[act.Refusal], now: datetime) -> act.Plan:
     """What to do when the API server refused to create children: condition ReplicaFailure (reason
-    FailedCreate) with its message, and a Warning Event naming each child, posted when the condition turns
+    FailedCreate) with its message, and a Warning act.Event naming each child, posted when the condition turns
     True or its message changes (not on every retry). The next plan that finds every child in place sets
     the condition False."""
     old = dict(job_status)
