@@ -63,7 +63,14 @@ def _with(path: str, value):
     return data
 
 
-_DELETE = object()
+class _Deleted:
+    """The value of a `Bad` row whose field is removed; its repr is stable, so test ids are too."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Deleted()
 
 
 @dataclass(frozen=True)
