@@ -28,12 +28,15 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from agents_operator import naming, podsecurity, presets, tfconfig
-from agents_operator.config import TrainerConfig
+from agents_operator.config import TrainerConfig, camel_name
+from agents_operator.topology import Topology, env_server_count
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
 SuccessPolicy = Literal["ChiefWorker", "AllWorkers"]
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
+CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure")
+CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REPLICA_FAILURE = CONDITION_TYPES
+ConditionType = Literal[CONDITION_TYPES]  # type: ignore[valid-type]
 ShortText = Annotated[str, Field(max_length=253)]
 DEFAULT_ENV_SERVER_PORT = 50051
 STORAGE_PATH = r"^(/([^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+))+$"
@@ -171,7 +174,8 @@ class PodSpec(KubeModel):
     containers: list[Container] = Field(
         min_length=1,
         max_length=32,
-        description="Containers of the replica. The one named 'agents' (or else the first) runs the trainer.",
+        description=f"Containers of the replica. The one named '{naming.TRAINER_CONTAINER}' (or else the first) runs "
+        "the trainer.",
     )
     init_containers: list[Container] | None = Field(
         None, max_length=32, description="Init containers (Container objects)."
@@ -209,7 +213,7 @@ class ReplicaSpec(CamelModel):
         "fails. Restarts of all replicas count against runPolicy.backoffLimit.",
     )
     template: PodTemplate | None = Field(
-        None, description="Pod template; omitted means one 'agents' container running spec.image."
+        None, description=f"Pod template; omitted means one '{naming.TRAINER_CONTAINER}' container running spec.image."
     )
 
 
@@ -341,8 +345,9 @@ class EnvServer(CamelModel):
     )
     template: PodTemplate | None = Field(
         None,
-        description="remote only: pod template of the env-server pods. The container named 'env-server' (or "
-        "else the first) runs the server; image, resources and env above fill in what it leaves unset.",
+        description="remote only: pod template of the env-server pods. The container named "
+        f"'{naming.ENV_SERVER_CONTAINER}' (or else the first) runs the server; image, resources and env above fill "
+        "in what it leaves unset.",
     )
 
 
@@ -421,8 +426,8 @@ class AgentsJobSpec(CamelModel):
 
 class Condition(CamelModel):
     type: ConditionType = Field(
-        description="Created, Running, Restarting, Succeeded, Failed, Suspended, or ReplicaFailure (the API "
-        "server refuses to create a child: its message says why)."
+        description=f"{', '.join(CONDITION_TYPES[:-1])}, or {REPLICA_FAILURE} (the API server refuses to create "
+        "a child: its message says why)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds now.")
     reason: str | None = Field(None, max_length=1024, description="CamelCase cause, e.g. BackoffLimitExceeded.")
@@ -488,7 +493,7 @@ class AgentsJob(CamelModel):
     status: AgentsJobStatus | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    _trainer: TrainerConfig | None = PrivateAttr(None)
+    _config: TrainerConfig | None = PrivateAttr(None)
 
     @property
     def name(self) -> str:
@@ -498,17 +503,31 @@ class AgentsJob(CamelModel):
     def namespace(self) -> str:
         return self.metadata.namespace or "default"
 
-    def trainer_config(self) -> TrainerConfig:
-        """The resolved trainer config (preset + overrides); raises ValueError/KeyError when invalid.
+    @property
+    def config(self) -> TrainerConfig:
+        """The trainer config the job runs: its preset with its overrides, as `parse_job` resolved them."""
+        if self._config is None:
+            raise ValueError(f"AgentsJob {self.name} was not parsed with api.parse_job: its trainer is unresolved")
+        return self._config
 
-        Resolved once (`parse_job` does it while validating) and kept: rendering asks for it per child, and
-        resolving it each time was most of the cost of rendering a large job's Services. A parsed job is not
-        changed afterwards, so the config cannot go stale.
-        """
-        if self._trainer is None:
-            overrides = self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
-            self._trainer = presets.resolve(self.spec.trainer.preset, overrides)
-        return self._trainer
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The trainer settings the job sets over its preset (snake_case names)."""
+        return self.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
+
+    @property
+    def topology(self) -> Topology:
+        """Who is who among the job's pods: see `topology`."""
+        environments = self.spec.environments
+        return Topology(
+            job=self.name,
+            namespace=self.namespace,
+            counts=self.spec.replica_specs.counts(),
+            placement=environments.placement,
+            servers_per_worker=environments.servers_per_worker,
+            env_port=environments.port,
+            config=self.config,
+        )
 
 
 # --- rules that span fields: CEL in the CRD, Python here -------------------------------------------------
@@ -544,11 +563,6 @@ def _get(obj: Any, *path: str) -> Any:
 
 
 _NAME_RE = re.compile(naming.DNS_1035_LABEL)
-
-
-def env_server_count(workers: int, servers_per_worker: int, evaluator: bool) -> int:
-    """Env-server pods of a remote placement: each worker's own, then one for the evaluator."""
-    return workers * servers_per_worker + (1 if evaluator else 0)
 
 
 METRICS_PORT_MESSAGE = (
@@ -872,11 +886,13 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
         raise InvalidJob(_pydantic_problems(err)) from None
     problems = check_rules(data, old)
     try:
-        problems += _environment_problems(job, job.trainer_config())
+        job._config = presets.resolve(job.spec.trainer.preset, job.overrides)
     except KeyError as err:
         problems.append(Problem("spec.trainer.preset", str(err.args[0])))
     except ValidationError as err:
         problems += _trainer_problems(err)
+    else:
+        problems += _environment_problems(job, job.config)
     if problems:
         raise InvalidJob(problems)
     return job
@@ -931,7 +947,6 @@ def _trainer_problems(err: ValidationError) -> list[Problem]:
     problems = []
     for p in _pydantic_problems(err):
         name = p.field.split(".")[0].split("[")[0]
-        info = TrainerConfig.model_fields.get(name)
-        field = p.field.replace(name, info.alias or name, 1) if info else p.field
+        field = p.field.replace(name, camel_name(name), 1) if name in TrainerConfig.model_fields else p.field
         problems.append(Problem(f"spec.trainer.{field}" if field else "spec.trainer", p.reason))
     return problems

@@ -24,7 +24,7 @@ import kubernetes.client
 from kubernetes.client import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from agents_operator import api, manifests, naming, render
+from agents_operator import api, manifests, naming
 
 
 class JobNotFound(LookupError):
@@ -202,7 +202,7 @@ class AgentsJobClient:
                     "or deleted it when it finished (spec.runPolicy.cleanPodPolicy)"
                 ) from None
             raise
-        container = container or _trainer_container(pod)
+        container = container or _main_container(pod, replica_type)
         if not follow:
             return self.core.read_namespaced_pod_log(pod_name, self.namespace, container=container)
         return self._follow(pod_name, container)
@@ -217,8 +217,7 @@ class AgentsJobClient:
             response.release_conn()
 
 
-def _trainer_container(pod: Any) -> str:
-    """The container `render` runs the trainer in: the one named 'agents', else the first (which, in an
-    env-server pod, is the server)."""
+def _main_container(pod: Any, replica_type: str) -> str:
+    """The container `render` runs the pod's program in: the trainer, or in an env-server pod the server."""
     names = [c.name for c in pod.spec.containers]
-    return render.TRAINER_CONTAINER if render.TRAINER_CONTAINER in names else names[0]
+    return names[naming.main_index(names, replica_type)]

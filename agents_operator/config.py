@@ -159,6 +159,23 @@ class TrainerConfig(BaseModel):
         return max(1, -(-self.total_steps // (self.batch_size * workers)))
 
 
+_FIELD_NAMES = {
+    **{info.alias: name for name, info in TrainerConfig.model_fields.items() if info.alias},
+    **{name: name for name in TrainerConfig.model_fields},
+}
+
+
+def field_name(key: str) -> str | None:
+    """The field a settings key names, snake_case (`--set`, config.yaml) or camelCase (`spec.trainer`); None
+    for no field."""
+    return _FIELD_NAMES.get(key)
+
+
+def camel_name(name: str) -> str:
+    """A field's camelCase name, as `spec.trainer` spells it."""
+    return TrainerConfig.model_fields[name].alias or name
+
+
 CHANGEABLE_ON_RESUME = frozenset(
     {
         "total_steps",

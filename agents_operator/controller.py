@@ -421,7 +421,7 @@ class Controller:
         rec = self.jobs.get(key)
         written = rec.memory.written_status if rec is not None else None
         current = (written or job.get("status")) or {}
-        if current.get("state") not in (status.RUNNING, status.RESTARTING):
+        if current.get("state") not in (api.RUNNING, api.RESTARTING):
             return None
         port = _metrics_port(job)
         body = await self._fetch_metrics(key, self.metrics_url(key[1], key[0], port)) if port else None
@@ -448,7 +448,7 @@ def _metrics_port(job: dict) -> int | None:
     """The chief's metrics port, from the job's trainer settings; None when it serves none or cannot run."""
     try:
         parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-        return parsed.trainer_config().metrics_port or None
+        return parsed.config.metrics_port or None
     except (api.InvalidJob, KeyError, ValueError):
         return None
 

@@ -1,11 +1,12 @@
 """Run an AgentsJob on this machine: every replica as a local process.
 
-Each process gets the command and environment that `render` gives its pod, with the cluster's host names
-mapped to free localhost ports and the run directory moved to a local folder. The lifecycle is the
-operator's own: the launcher observes its processes as pods, plans with `reconcile.plan` and executes the
-plan over processes (`Launcher`), so restart policies, backoffLimit, activeDeadlineSeconds, the success
-policy, the reasons and the conditions are the operator's, and so is the status it prints. Progress comes
-from the chief's /metrics endpoint, as it does for the operator.
+Each process runs the launch that `render` gives its container (`launch.Launch`), with fields changed for
+this machine: its peers and env servers on free localhost ports, the run directory a local folder, and
+the launcher's own trainer settings. The lifecycle is the operator's own: the launcher observes its
+processes as pods, plans with `reconcile.plan` and executes the plan over processes (`Launcher`), so
+restart policies, backoffLimit, activeDeadlineSeconds, the success policy, the reasons and the conditions
+are the operator's, and so is the status it prints. Progress comes from the chief's /metrics endpoint, as
+it does for the operator.
 
 Everything a replica serves is for this machine only: its /metrics and env servers listen on loopback
 (`tfconfig.BIND_HOST_VAR`), and the CLI first moves the launcher into a network namespace of its own
@@ -24,15 +25,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 import yaml
 
-from agents_operator import localreport, naming, reconcile, render, sandbox, scrape, status, tfconfig
+from agents_operator import launch, localreport, naming, reconcile, render, sandbox, scrape, status, tfconfig
 from agents_operator.api import AgentsJob
+from agents_operator.launch import Launch
 from agents_operator.reconcile import conditions, rules
 from agents_operator.trainer import rundir
 
@@ -100,17 +103,9 @@ class Replica:
         return self.process is not None and self.process.poll() is None
 
 
-def _replace_flag(args: list[str], flag: str, value: str) -> list[str]:
-    args = list(args)
-    if flag in args:
-        args[args.index(flag) + 1] = value
-    return args
-
-
 def _main_container(pod: dict, replica_type: str) -> dict:
-    name = render.ENV_SERVER_CONTAINER if replica_type == naming.ENV_SERVER else render.TRAINER_CONTAINER
     containers = pod["spec"]["containers"]
-    return next((c for c in containers if c["name"] == name), containers[0])
+    return containers[naming.main_index([c["name"] for c in containers], replica_type)]
 
 
 def _sidecars(pod: dict) -> list[dict]:
@@ -118,65 +113,85 @@ def _sidecars(pod: dict) -> list[dict]:
     return [c for c in pod["spec"].get("initContainers", []) if c.get("restartPolicy") == "Always"]
 
 
+@dataclass(frozen=True)
+class _Machine:
+    """What is different when a job's launches run on this machine rather than in its pods."""
+
+    logdir: Path
+    ports: dict[tuple[str, int], int]
+    """The local port of each pod of the job, by (type, index)."""
+    settings: dict[str, int]
+    """Trainer settings of this launcher (`local_settings`)."""
+
+    def localise(self, rendered: Launch, port: int | None = None, env_servers: Sequence[int] = ()) -> Launch:
+        """`rendered` as it runs here: in the local run directory, with its peers and its env servers (on ports
+        `env_servers`) on localhost, serving on `port`, with this launcher's trainer settings."""
+        servers = rendered.env_servers
+        return replace(
+            rendered,
+            settings={**rendered.settings, **self.settings} if rendered.program == launch.TRAIN else rendered.settings,
+            logdir=None if rendered.logdir is None else str(self.logdir),
+            port=port,
+            peers=rendered.peers.on_local_ports(self.ports) if rendered.peers else None,
+            env_servers=replace(servers, addresses=tuple(map(tfconfig.localhost, env_servers))) if servers else None,
+        )
+
+
 def plan(
     job: AgentsJob, logdir: Path, ports: dict[str, int] | None = None, metrics_port: int = 0, video: bool = True
 ) -> list[Replica]:
-    """The local processes of `job`: rendered commands and environments, hosts mapped to localhost.
+    """The local processes of `job`: rendered commands and environments, peers on localhost.
 
     `ports` pins the local port of a process by its name (`worker-0`, `envserver-1`, `worker-0/env-server`);
     the others get free ports.
     """
-    options = render.RenderOptions()
     ports = ports or {}
-    env_port = job.spec.environments.port
-    local_ports = {f"{t}-{i}": ports.get(f"{t}-{i}") or free_port() for t, i in render.replicas(job)}
-    addresses = {
-        tfconfig.host(job.name, t, i, job.namespace, options.port): f"localhost:{local_ports[f'{t}-{i}']}"
-        for t, i in render.replicas(job)
-        if t in tfconfig.CLUSTER_TYPES
-    }
-    addresses.update(
-        {
-            tfconfig.host(job.name, t, i, job.namespace, env_port): f"localhost:{local_ports[f'{t}-{i}']}"
-            for t, i in render.replicas(job)
-            if t == naming.ENV_SERVER
-        }
+    layout = job.topology
+    machine = _Machine(
+        logdir,
+        {(t, i): ports.get(f"{t}-{i}") or free_port() for t, i in layout.slots()},
+        local_settings(metrics_port, video),
     )
     replicas = []
-    for replica_type, index in render.replicas(job):
-        pod = render.pod(job, replica_type, index, options)
-        own = dict(addresses)
+    for replica_type, index in layout.slots():
+        pod = render.pod(job, replica_type, index)
         log = logdir / rundir.LOGS / naming.child_name(job.name, replica_type, index)
+        servers = [machine.ports[naming.ENV_SERVER, k] for k in layout.env_server_pods(replica_type, index)]
         for sidecar in _sidecars(pod):
             name = f"{replica_type}-{index}/{sidecar['name']}"
             port = ports.get(name) or free_port()
-            own[f"localhost:{env_port}"] = f"localhost:{port}"  # the pod's localhost, here its own port
-            process = _process(sidecar, logdir, {}, port, metrics_port, video)
-            replicas.append(
-                Replica(
-                    replica_type,
-                    index,
-                    *process,
-                    restart_policy="Always",
-                    log_path=log.with_name(f"{log.name}.{sidecar['name']}.log"),
-                    sidecar=sidecar["name"],
-                )
-            )
-        port = local_ports[f"{replica_type}-{index}"] if replica_type == naming.ENV_SERVER else None
-        replicas.append(
-            Replica(
-                replica_type,
-                index,
-                *_process(_main_container(pod, replica_type), logdir, own, port, metrics_port, video),
-                restart_policy=pod["spec"]["restartPolicy"],
-                log_path=log.with_name(f"{log.name}.log"),
-            )
-        )
+            rendered, local = _sidecar_launch(job, replica_type, index, sidecar), None
+            if rendered is not None:
+                servers = [port]  # on the pod's localhost, here a port of its own
+                local = machine.localise(rendered, port)
+            argv, env = _process(sidecar, rendered, local)
+            log_path = log.with_name(f"{log.name}.{sidecar['name']}.log")
+            replicas.append(Replica(replica_type, index, argv, env, "Always", log_path, sidecar=sidecar["name"]))
+        rendered = _main_launch(job, replica_type, index)
+        port = machine.ports[replica_type, index] if replica_type == naming.ENV_SERVER else None
+        argv, env = _process(_main_container(pod, replica_type), rendered, machine.localise(rendered, port, servers))
+        policy = pod["spec"]["restartPolicy"]  # the pod's: the plan replaces a failed pod
+        replicas.append(Replica(replica_type, index, argv, env, policy, log.with_name(f"{log.name}.log")))
     return replicas
 
 
+def _main_launch(job: AgentsJob, replica_type: str, index: int) -> Launch:
+    """The launch of a pod's main container: its env server, or its trainer."""
+    if replica_type == naming.ENV_SERVER:
+        return render.env_server_launch(job, job.topology.remote_share(index))
+    return render.trainer_launch(job, replica_type, index)
+
+
+def _sidecar_launch(job: AgentsJob, replica_type: str, index: int, sidecar: dict) -> Launch | None:
+    """The launch of a native sidecar: the env server's, or None for one of the template's own."""
+    share = render.sidecar_share(job, replica_type, index)
+    if share is None or sidecar["name"] != naming.ENV_SERVER_CONTAINER:
+        return None
+    return render.env_server_launch(job, share)
+
+
 def local_settings(metrics_port: int, video: bool) -> dict[str, int]:
-    """Trainer settings the launcher adds to the rendered `train` commands (`--set`)."""
+    """Trainer settings the launcher adds to the rendered `train` launches."""
     settings = {"metrics_port": metrics_port} if metrics_port else {}
     if not video:
         settings["video_episodes"] = 0
@@ -196,7 +211,7 @@ def check_resume(job: AgentsJob, logdir: Path, video: bool = True) -> None:
     if saved is None:
         return
     try:
-        rundir.check_resume(saved, job.trainer_config().model_copy(update=local_settings(0, video)))
+        rundir.check_resume(saved, job.config.model_copy(update=local_settings(0, video)))
     except rundir.ConfigConflict as conflict:
         raise LaunchError(
             f"run directory {logdir} holds a run with other settings: {'; '.join(conflict.conflicts)}; "
@@ -204,32 +219,22 @@ def check_resume(job: AgentsJob, logdir: Path, video: bool = True) -> None:
         ) from None
 
 
-def _process(
-    container: dict, logdir: Path, addresses: dict[str, str], port: int | None, metrics_port: int, video: bool
-) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of one rendered container as a local process."""
+def _process(container: dict, rendered: Launch | None, local: Launch | None) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of one rendered container as a local process: what its `rendered` launch sets,
+    `local` sets instead (None: the container runs no launch, a sidecar of the template's own)."""
     # The pod's scratch locations (/tmp for HOME and caches) are for its read-only root; here the user's own apply.
     env = {
         e["name"]: e["value"] for e in container.get("env", []) if "value" in e and e["name"] not in render.SCRATCH_ENV
     }
+    command, args = container.get("command", []), container.get("args", [])
+    if rendered is not None:
+        before = launch.environment(rendered)
+        env.update({name: value for name, value in launch.environment(local).items() if before.get(name) != value})
+        if launch.runs(container, rendered):
+            args = launch.argv(local)
     env[tfconfig.BIND_HOST_VAR] = LOOPBACK
-    if tfconfig.ENV_VAR in env:
-        env[tfconfig.ENV_VAR] = tfconfig.parse(env[tfconfig.ENV_VAR]).with_addresses(addresses).to_json()
-    if tfconfig.ENV_SERVERS_VAR in env:
-        servers = tfconfig.parse_env_servers(env[tfconfig.ENV_SERVERS_VAR]).with_addresses(addresses)
-        env[tfconfig.ENV_SERVERS_VAR] = servers.to_json()
-    if "AGENTS_LOGDIR" in env:
-        env["AGENTS_LOGDIR"] = str(logdir)
-    command = container.get("command", [])
-    args = _replace_flag(container.get("args", []), "--logdir", str(logdir))
-    if port is not None:
-        args = _replace_flag(args, "--port", str(port))
-    if command == ["agents-operator"]:
-        # The same program as in the pod, from this interpreter's environment.
-        command = [sys.executable, "-m", "agents_operator"]
-        if "train" in args:
-            settings = [f"{key}={value}" for key, value in local_settings(metrics_port, video).items()]
-            args = [*args[:-1], *(a for s in settings for a in ("--set", s)), args[-1]]
+    if command == [launch.COMMAND]:
+        command = [sys.executable, "-m", "agents_operator"]  # the same program as in the pod, from this interpreter
     return [*command, *args], env
 
 
@@ -297,7 +302,7 @@ class Launcher:
         self.metrics_port = free_port()
         self.replicas = plan(job, logdir, metrics_port=self.metrics_port, video=video)
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
-        self.slots = {naming.child_name(job.name, t, i): (t, i) for t, i in render.replicas(job)}
+        self.slots = {naming.child_name(job.name, t, i): (t, i) for t, i in job.topology.slots()}
         self.pods: dict[tuple[str, int], ProcessPod] = {}
         self.children: dict[tuple[str, str], status.ChildView] = {}
         """The pod-less children the plan created (Services, TensorBoard): nothing runs for them here."""
@@ -307,7 +312,7 @@ class Launcher:
         """Wall time of the start: files older than this in the run directory are a previous run's."""
         self.failed: Replica | None = None
         """The main process of the pod whose failure ended the job, if one did."""
-        self.tracker = localreport.Tracker(job.trainer_config().total_steps, out)
+        self.tracker = localreport.Tracker(job.config.total_steps, out)
 
     @property
     def restarts(self) -> int:

@@ -6,6 +6,8 @@ operator finds what it made before. Pure module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agents_operator import __version__
 
 GROUP = "agents.dev"
@@ -34,6 +36,9 @@ REPLICA_TYPES = (PS, WORKER, EVALUATOR)
 ENV_SERVER = "envserver"
 """Env-server pods of a `remote` placement: children like replicas, but not in spec.replicaSpecs."""
 CHILD_TYPES = (*REPLICA_TYPES, ENV_SERVER)
+
+TRAINER_CONTAINER = "agents"
+ENV_SERVER_CONTAINER = "env-server"
 
 LABEL_JOB = f"{GROUP}/job-name"
 LABEL_TYPE = f"{GROUP}/replica-type"
@@ -94,16 +99,22 @@ def job_selector(job: str) -> dict[str, str]:
 
 
 def replica_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
-    """Labels of one replica's pod; its Service selects on exactly these."""
-    labels = {LABEL_JOB: job, LABEL_TYPE: replica_type, LABEL_INDEX: str(index)}
-    if is_chief(replica_type, index):
-        labels[LABEL_ROLE] = ROLE_CHIEF
-    return labels
+    """Labels of one replica's pod; its Service selects on exactly these (the pod of the chief also has
+    LABEL_ROLE: ROLE_CHIEF)."""
+    return {LABEL_JOB: job, LABEL_TYPE: replica_type, LABEL_INDEX: str(index)}
 
 
-def is_chief(replica_type: str, index: int) -> bool:
-    """Worker 0 is the chief: it checkpoints, writes summaries and serves progress."""
-    return replica_type == WORKER and index == 0
+def main_container(replica_type: str) -> str:
+    """The name of the container that runs a child's own program: the env server in an env-server pod, the
+    trainer in any other."""
+    return ENV_SERVER_CONTAINER if replica_type == ENV_SERVER else TRAINER_CONTAINER
+
+
+def main_index(names: Sequence[str | None], replica_type: str) -> int:
+    """Which of a pod's containers (by name, in order) runs its program: the one `main_container` names, else
+    the first (a template may name its containers as it likes)."""
+    name = main_container(replica_type)
+    return names.index(name) if name in names else 0
 
 
 def parse_child(labels: dict[str, str] | None) -> tuple[str, int] | None:

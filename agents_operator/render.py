@@ -7,16 +7,15 @@ environment, so what `agents-operator render` prints is what runs. Pure module.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents_operator import naming, podsecurity, tfconfig
+from agents_operator import launch, naming, podsecurity, tfconfig, topology
 from agents_operator.api import AgentsJob
+from agents_operator.launch import Launch
+from agents_operator.topology import EnvServerShare
 
 DEFAULT_IMAGE = naming.image(naming.TRAINER_IMAGE)
-TRAINER_CONTAINER = "agents"
-ENV_SERVER_CONTAINER = "env-server"
 RUN_VOLUME = "agents-run"
 SCRATCH_VOLUME = "agents-tmp"
 SCRATCH_PATH = "/tmp"
@@ -61,17 +60,23 @@ def run_dir(job: AgentsJob) -> str:
     return f"{job.spec.storage.path.rstrip('/')}/{job.name}"
 
 
-def _flag_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-
-
-def trainer_args(job: AgentsJob) -> list[str]:
-    """Arguments of `agents-operator` that run this job's trainer in any role (TF_CONFIG says which)."""
-    args = ["train", "--config", job.spec.trainer.preset]
-    overrides = job.spec.trainer.model_dump(exclude={"preset"}, exclude_unset=True)
-    for key in sorted(overrides):
-        args += ["--set", f"{key}={_flag_value(overrides[key])}"]
-    return [*args, "--logdir", run_dir(job), "--resume"]
+def trainer_launch(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | None = None) -> Launch:
+    """What the trainer of replica `<job>-<replica_type>-<index>` runs: the job's preset and overrides in its run
+    directory, resuming what is there, in the role its TF_CONFIG gives it."""
+    options = options or RenderOptions()
+    layout = job.topology
+    servers = layout.env_server_addresses(replica_type, index)
+    return Launch(
+        program=launch.TRAIN,
+        options=(("config", job.spec.trainer.preset),),
+        settings=job.overrides,
+        logdir=run_dir(job),
+        resume=True,
+        job=job.name,
+        namespace=job.namespace,
+        peers=tfconfig.build(job.name, job.namespace, layout.counts, replica_type, index, options.port),
+        env_servers=tfconfig.EnvServers(servers, job.spec.environments.mode) if servers else None,
+    )
 
 
 def owner_reference(job: AgentsJob) -> dict | None:
@@ -109,39 +114,14 @@ def _merge_defaults(defaults: dict, given: dict | None) -> dict:
     return out
 
 
-def _main_index(containers: list[dict], name: str) -> int:
-    """The container named `name`, or else the first."""
-    names = [c.get("name") for c in containers]
-    return names.index(name) if name in names else 0
-
-
-def _env(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) -> list[dict]:
-    tf_config = tfconfig.build(
-        job.name, job.namespace, job.spec.replica_specs.counts(), replica_type, index, options.port
-    )
-    values = {
-        tfconfig.ENV_VAR: tf_config.to_json(),
-        "AGENTS_JOB_NAME": job.name,
-        "AGENTS_NAMESPACE": job.namespace,
-        "AGENTS_REPLICA_TYPE": replica_type,
-        "AGENTS_REPLICA_INDEX": str(index),
-        "AGENTS_LOGDIR": run_dir(job),
-        "PYTHONUNBUFFERED": "1",
-    }
-    servers = env_server_addresses(job, replica_type, index)
-    if servers:
-        values[tfconfig.ENV_SERVERS_VAR] = tfconfig.EnvServers(servers, job.spec.environments.mode).to_json()
-    return [{"name": k, "value": v} for k, v in values.items()]
-
-
 def _ports(job: AgentsJob, replica_type: str, index: int, options: RenderOptions) -> list[dict]:
     if replica_type == naming.ENV_SERVER:
         return [{"name": ENV_PORT_NAME, "containerPort": job.spec.environments.port, "protocol": "TCP"}]
     ports = []
     if replica_type in tfconfig.CLUSTER_TYPES:
         ports.append({"name": GRPC_PORT_NAME, "containerPort": options.port, "protocol": "TCP"})
-    metrics_port = job.trainer_config().metrics_port
-    if naming.is_chief(replica_type, index) and metrics_port:
+    metrics_port = job.config.metrics_port
+    if topology.is_chief(replica_type, index) and metrics_port:
         ports.append({"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"})
     return ports
 
@@ -159,10 +139,10 @@ def _trainer_container(job: AgentsJob, given: dict, replica_type: str, index: in
     container.setdefault("image", job.spec.image or options.default_image)
     if job.spec.image_pull_policy:
         container.setdefault("imagePullPolicy", job.spec.image_pull_policy)
+    fields = launch.container(trainer_launch(job, replica_type, index, options))
     if "command" not in container and "args" not in container:
-        container["command"] = ["agents-operator"]
-        container["args"] = trainer_args(job)
-    ours = _env(job, replica_type, index, options)
+        container["command"], container["args"] = fields["command"], fields["args"]
+    ours = fields["env"]
     names = {e["name"] for e in ours}
     container["env"] = [e for e in container.get("env", []) if e.get("name") not in names] + ours
     port_names = {p.get("name") for p in container.get("ports", [])}
@@ -207,33 +187,12 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
     options = options or RenderOptions()
     if replica_type == naming.ENV_SERVER:
         given = job.spec.environments.server.template
-        main_name, default = ENV_SERVER_CONTAINER, {"name": ENV_SERVER_CONTAINER}
     else:
         given = getattr(job.spec.replica_specs, replica_type).template
-        main_name, default = TRAINER_CONTAINER, {"name": TRAINER_CONTAINER}
     template = given.model_dump(by_alias=True, exclude_none=True) if given else {}
     template_meta = template.get("metadata") or {}
-    pod_spec = copy.deepcopy(template.get("spec") or {"containers": [default]})
-
-    containers = pod_spec["containers"]
-    main = _main_index(containers, main_name)
-    if replica_type == naming.ENV_SERVER:
-        share = _remote_share(job, index)
-        containers[main] = _env_server_container(job, containers[main], share, options)
-    else:
-        containers[main] = _trainer_container(job, containers[main], replica_type, index, options)
-    for i, container in enumerate(containers):
-        if i != main:
-            container.setdefault("image", job.spec.image or options.default_image)
-    if job.spec.environments.placement == "sidecar" and replica_type in SIMULATING_TYPES:
-        # A native sidecar: started before the trainer, restarted by the kubelet, stopped after it.
-        (share,) = env_server_shares(job, replica_type, index)
-        sidecar = {
-            **_env_server_container(job, {"name": ENV_SERVER_CONTAINER}, share, options),
-            "restartPolicy": "Always",
-        }
-        others = [c for c in pod_spec.get("initContainers", []) if c.get("name") != ENV_SERVER_CONTAINER]
-        pod_spec["initContainers"] = [*others, sidecar]
+    pod_spec = copy.deepcopy(template.get("spec") or {"containers": [{"name": naming.main_container(replica_type)}]})
+    _add_programs(job, pod_spec, replica_type, index, options)
 
     # The operator replaces failed pods itself, so that every restart counts against backoffLimit.
     pod_spec["restartPolicy"] = "Never"
@@ -246,7 +205,7 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
     if scheduling and scheduling.priority_class:
         pod_spec.setdefault("priorityClassName", scheduling.priority_class)
 
-    labels = {**(template_meta.get("labels") or {}), **naming.replica_labels(job.name, replica_type, index)}
+    labels = {**(template_meta.get("labels") or {}), **_replica_labels(job, replica_type, index)}
     if scheduling and scheduling.queue:
         labels[QUEUE_LABEL] = scheduling.queue
     name = naming.child_name(job.name, replica_type, index)
@@ -258,92 +217,62 @@ def pod(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | 
     }
 
 
+def _add_programs(job: AgentsJob, pod_spec: dict, replica_type: str, index: int, options: RenderOptions) -> None:
+    """Our programs in a pod's containers, in place: its main container's (the trainer, or the env server of an
+    env-server pod), and the env-server sidecar of a sidecar placement; the other containers get an image."""
+    containers = pod_spec["containers"]
+    main = naming.main_index([c.get("name") for c in containers], replica_type)
+    if replica_type == naming.ENV_SERVER:
+        share = job.topology.remote_share(index)
+        containers[main] = _env_server_container(job, containers[main], share, options)
+    else:
+        containers[main] = _trainer_container(job, containers[main], replica_type, index, options)
+    for i, container in enumerate(containers):
+        if i != main:
+            container.setdefault("image", job.spec.image or options.default_image)
+    share = sidecar_share(job, replica_type, index)
+    if share is not None:
+        # A native sidecar: started before the trainer, restarted by the kubelet, stopped after it.
+        sidecar = {
+            **_env_server_container(job, {"name": naming.ENV_SERVER_CONTAINER}, share, options),
+            "restartPolicy": "Always",
+        }
+        others = [c for c in pod_spec.get("initContainers", []) if c.get("name") != naming.ENV_SERVER_CONTAINER]
+        pod_spec["initContainers"] = [*others, sidecar]
+
+
+def _replica_labels(job: AgentsJob, replica_type: str, index: int) -> dict[str, str]:
+    """The labels of a replica's pod and Service: the chief's also say it is the chief."""
+    labels = naming.replica_labels(job.name, replica_type, index)
+    if topology.is_chief(replica_type, index):
+        labels[naming.LABEL_ROLE] = naming.ROLE_CHIEF
+    return labels
+
+
 # --- env servers -----------------------------------------------------------------------------------------
 
-SIMULATING_TYPES = (naming.WORKER, naming.EVALUATOR)
-"""Replicas that step environments: with env servers placed outside, each has its own."""
 PROBE_PERIOD_SECONDS = 5
 STARTUP_PROBE_SECONDS = 300
 """How long an env server may take to start serving (pulling nothing; building its environments)."""
 
 
-@dataclass(frozen=True)
-class EnvServerShare:
-    """What one env server simulates: `envs` environments seeded `seed`, `seed + 1`, ... on first reset."""
-
-    seed: int
-    envs: int
-
-
-def env_server_shares(job: AgentsJob, replica_type: str, index: int) -> list[EnvServerShare]:
-    """The env servers of one worker or evaluator in batch order ([] when it simulates its own).
-
-    A worker's servers split its `envs_per_worker` environments (the first ones take one more when they
-    do not divide evenly) and are seeded as its colocated `BatchEnv` would be, so a placement never changes
-    which episodes are played. An evaluator plays single episodes (seeded per evaluation): one environment.
-    """
-    environments = job.spec.environments
-    if not environments.outside or replica_type not in SIMULATING_TYPES:
-        return []
-    config = job.trainer_config()
-    workers = job.spec.replica_specs.worker.replicas
-    if replica_type == naming.EVALUATOR:
-        return [EnvServerShare(config.seed + workers * config.envs_per_worker, 1)]
-    servers = environments.servers_per_worker if environments.placement == "remote" else 1
-    base, extra = divmod(config.envs_per_worker, servers)
-    shares, offset = [], config.seed + index * config.envs_per_worker
-    for k in range(servers):
-        envs = base + (1 if k < extra else 0)
-        shares.append(EnvServerShare(offset, envs))
-        offset += envs
-    return shares
+def sidecar_share(job: AgentsJob, replica_type: str, index: int) -> EnvServerShare | None:
+    """What the env-server sidecar of a replica's pod simulates, when the placement gives it one."""
+    if job.spec.environments.placement != "sidecar":
+        return None
+    shares = job.topology.env_server_shares(replica_type, index)
+    return shares[0] if shares else None
 
 
-def _env_server_owners(job: AgentsJob) -> list[tuple[str, int]]:
-    return [(t, i) for t, i in replicas(job, env_servers=False) if t in SIMULATING_TYPES]
-
-
-def remote_env_servers(job: AgentsJob) -> list[EnvServerShare]:
-    """Share of each env-server pod `<job>-envserver-<i>` (i = list index) of a remote placement, else []."""
-    if job.spec.environments.placement != "remote":
-        return []
-    return [share for t, i in _env_server_owners(job) for share in env_server_shares(job, t, i)]
-
-
-def env_server_addresses(job: AgentsJob, replica_type: str, index: int) -> tuple[str, ...]:
-    """Addresses of one replica's env servers in batch order (what AGENTS_ENV_SERVERS tells it)."""
-    environments = job.spec.environments
-    shares = env_server_shares(job, replica_type, index)
-    if environments.placement == "sidecar":
-        return tuple(f"localhost:{environments.port}" for _ in shares)
-    # Workers own B servers each, in worker order; the evaluator's comes after them.
-    per_worker = environments.servers_per_worker
-    first = index * per_worker if replica_type == naming.WORKER else job.spec.replica_specs.worker.replicas * per_worker
-    return tuple(
-        tfconfig.host(job.name, naming.ENV_SERVER, first + k, job.namespace, environments.port)
-        for k in range(len(shares))
-    )
-
-
-def _remote_share(job: AgentsJob, server: int) -> EnvServerShare:
-    """The share of env-server pod `server` of a remote placement (`remote_env_servers(job)[server]`)."""
-    per_worker = job.spec.environments.servers_per_worker
-    owner, k = divmod(server, per_worker)
-    if owner < job.spec.replica_specs.worker.replicas:
-        return env_server_shares(job, naming.WORKER, owner)[k]
-    return env_server_shares(job, naming.EVALUATOR, 0)[0]
-
-
-def env_server_args(job: AgentsJob, share: EnvServerShare) -> list[str]:
-    """Arguments of `agents-operator` that serve one share of a job's environments."""
-    config = job.trainer_config()
-    args = ["env-server", "--env", config.env_id, "--envs", str(share.envs), "--seed", str(share.seed)]
-    args += ["--port", str(job.spec.environments.port)]
+def env_server_launch(job: AgentsJob, share: EnvServerShare) -> Launch:
+    """What an env server of the job runs: one share of the environments, on the job's env-server port."""
+    config = job.config
+    options = [("env", config.env_id), ("envs", str(share.envs)), ("seed", str(share.seed))]
     if config.max_episode_steps is not None:
-        args += ["--max-episode-steps", str(config.max_episode_steps)]
+        options.append(("max-episode-steps", str(config.max_episode_steps)))
     if config.envs_per_process is not None:
-        args += ["--envs-per-process", str(config.envs_per_process)]
-    return args
+        options.append(("envs-per-process", str(config.envs_per_process)))
+    return Launch(program=launch.ENV_SERVER, options=tuple(options), port=job.spec.environments.port)
 
 
 def _env_server_container(job: AgentsJob, given: dict, share: EnvServerShare, options: RenderOptions) -> dict:
@@ -357,10 +286,10 @@ def _env_server_container(job: AgentsJob, given: dict, share: EnvServerShare, op
         container.setdefault("imagePullPolicy", pull_policy)
     if server.resources is not None:
         container.setdefault("resources", copy.deepcopy(server.resources))
+    fields = launch.container(env_server_launch(job, share))
     if "command" not in container and "args" not in container:
-        container["command"] = ["agents-operator"]
-        container["args"] = env_server_args(job, share)
-    extra = [*(server.env or []), {"name": "PYTHONUNBUFFERED", "value": "1"}]
+        container["command"], container["args"] = fields["command"], fields["args"]
+    extra = [*(server.env or []), *fields["env"]]
     names = {e.get("name") for e in container.get("env", [])}
     container["env"] = container.get("env", []) + [copy.deepcopy(e) for e in extra if e.get("name") not in names]
     container["env"] += _scratch_env(container["env"])
@@ -380,7 +309,7 @@ def service(job: AgentsJob, replica_type: str, index: int, options: RenderOption
     """The headless Service that gives replica `<job>-<type>-<index>` its stable DNS name."""
     options = options or RenderOptions()
     name = naming.child_name(job.name, replica_type, index)
-    selector = {naming.LABEL_JOB: job.name, naming.LABEL_TYPE: replica_type, naming.LABEL_INDEX: str(index)}
+    selector = naming.replica_labels(job.name, replica_type, index)
     ports = [
         {"name": p["name"], "port": p["containerPort"], "targetPort": p["containerPort"], "protocol": "TCP"}
         for p in _ports(job, replica_type, index, options)
@@ -388,7 +317,7 @@ def service(job: AgentsJob, replica_type: str, index: int, options: RenderOption
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, name, naming.replica_labels(job.name, replica_type, index)),
+        "metadata": _metadata(job, name, _replica_labels(job, replica_type, index)),
         "spec": {
             "clusterIP": "None",
             # Resolve before the pod is ready: TF servers connect to each other while starting.
@@ -399,25 +328,16 @@ def service(job: AgentsJob, replica_type: str, index: int, options: RenderOption
     }
 
 
-def replicas(job: AgentsJob, env_servers: bool = True) -> list[tuple[str, int]]:
-    """(type, index) of every pod of the job: ps, the env servers of a remote placement, workers, evaluator."""
-    own = [(t, i) for t, spec in job.spec.replica_specs.items() for i in range(spec.replicas)]
-    if not env_servers:
-        return own
-    servers = [(naming.ENV_SERVER, i) for i in range(len(remote_env_servers(job)))]
-    return [s for s in own if s[0] == naming.PS] + servers + [s for s in own if s[0] != naming.PS]
-
-
 ADDRESSED_TYPES = (*tfconfig.CLUSTER_TYPES, naming.ENV_SERVER)
 
 
 def services(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
     """Services of the pods others connect to: ps, workers, env servers (nobody addresses an evaluator)."""
-    return [service(job, t, i, options) for t, i in replicas(job) if t in ADDRESSED_TYPES]
+    return [service(job, t, i, options) for t, i in job.topology.slots() if t in ADDRESSED_TYPES]
 
 
 def pods(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
-    return [pod(job, t, i, options) for t, i in replicas(job)]
+    return [pod(job, t, i, options) for t, i in job.topology.slots()]
 
 
 def tensorboard(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
@@ -499,7 +419,7 @@ def network_policy(job: AgentsJob, options: RenderOptions | None = None) -> dict
     if job.spec.environments.placement == "remote":
         own_ports.append({"port": job.spec.environments.port, "protocol": "TCP"})
     ingress: list[dict] = [{"from": [{"podSelector": copy.deepcopy(replicas)}], "ports": own_ports}]
-    metrics_port = job.trainer_config().metrics_port
+    metrics_port = job.config.metrics_port
     if metrics_port and options.operator_namespace:
         ingress.append({"from": [_operator_peer(options)], "ports": [{"port": metrics_port, "protocol": "TCP"}]})
     return {

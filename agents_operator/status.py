@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from agents_operator import naming
+from agents_operator import api, naming
 from agents_operator.api import AgentsJobStatus, Condition
 
 ANNOTATION_COUNTED = f"{naming.GROUP}/restart-counted"
@@ -28,8 +28,6 @@ POD_ACTIVE, POD_SUCCEEDED, POD_FAILED, POD_TERMINATING = "active", "succeeded", 
 """What a pod means to the lifecycle (`PodView.state`)."""
 PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Running", "Succeeded", "Failed"
 """Pod phases as the kubelet reports them (and the local launcher, for its processes)."""
-
-TRAINER_CONTAINER = "agents"
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ def _exit(pod: Mapping[str, Any]) -> tuple[int | None, str | None]:
     """(exit code, reason) of a finished pod: the trainer container's when it failed, else any failed one."""
     status = pod.get("status") or {}
     statuses = list(status.get("containerStatuses") or [])
-    statuses.sort(key=lambda c: c.get("name") != TRAINER_CONTAINER)  # the trainer first
+    statuses.sort(key=lambda c: c.get("name") != naming.TRAINER_CONTAINER)  # the trainer first
     terminated = [
         (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") for c in statuses
     ]
@@ -163,15 +161,11 @@ def overlay(
 
 # --- conditions ------------------------------------------------------------------------------------------
 
-CREATED, REPLICA_FAILURE, RUNNING, RESTARTING = "Created", "ReplicaFailure", "Running", "Restarting"
-SUSPENDED, SUCCEEDED, FAILED = "Suspended", "Succeeded", "Failed"
-"""The condition types of a job (`api.ConditionType`); its `state` is one of them."""
-
-PRECEDENCE = (FAILED, SUCCEEDED, SUSPENDED, RESTARTING, RUNNING, REPLICA_FAILURE, CREATED)
+PRECEDENCE = (api.FAILED, api.SUCCEEDED, api.SUSPENDED, api.RESTARTING, api.RUNNING, api.REPLICA_FAILURE, api.CREATED)
 """When several conditions are True, state is the first of these (terminal ones win; a job whose pods the
 API server refuses shows ReplicaFailure until they run, rather than a Created that will not progress)."""
 
-ORDER = (CREATED, REPLICA_FAILURE, RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
+ORDER = (api.CREATED, api.REPLICA_FAILURE, api.RUNNING, api.RESTARTING, api.SUSPENDED, api.SUCCEEDED, api.FAILED)
 """The order of status.conditions, and of the states the operator counts."""
 
 
@@ -223,7 +217,7 @@ def state_of(status: AgentsJobStatus) -> str | None:
 
 
 def finished(status: AgentsJobStatus) -> bool:
-    return is_true(status, SUCCEEDED) or is_true(status, FAILED)
+    return is_true(status, api.SUCCEEDED) or is_true(status, api.FAILED)
 
 
 def parse_status(raw: Any) -> AgentsJobStatus:

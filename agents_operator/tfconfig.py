@@ -38,6 +38,11 @@ def host(job: str, replica_type: str, index: int, namespace: str, port: int = DE
     return f"{naming.child_name(job, replica_type, index)}.{namespace}.svc:{port}"
 
 
+def localhost(port: int) -> str:
+    """Address of a server on this machine, or in a pod on the pod's own network (a sidecar)."""
+    return f"localhost:{port}"
+
+
 def cluster_spec(
     job: str, namespace: str, replicas: Mapping[str, int], port: int = DEFAULT_PORT
 ) -> dict[str, list[str]]:
@@ -93,10 +98,6 @@ class TFConfig:
         return len(self.cluster.get(naming.PS, []))
 
     @property
-    def is_chief(self) -> bool:
-        return naming.is_chief(self.task_type, self.task_index)
-
-    @property
     def address(self) -> str | None:
         """This task's own address, or None for an evaluator (not a cluster member)."""
         members = self.cluster.get(self.task_type)
@@ -120,9 +121,10 @@ class TFConfig:
         task = _dumps({"type": self.task_type, "index": self.task_index})
         return f'{{"cluster":{cluster},"environment":{_dumps(self.environment)},"task":{task}}}'
 
-    def with_addresses(self, addresses: Mapping[str, str]) -> TFConfig:
-        """The same config with some addresses replaced (the local launcher maps hosts to localhost ports)."""
-        cluster = {t: [addresses.get(a, a) for a in members] for t, members in self.cluster.items()}
+    def on_local_ports(self, ports: Mapping[tuple[str, int], int]) -> TFConfig:
+        """The same config with member i of type t at `localhost(ports[t, i])`: the local launcher runs every
+        replica on this machine, each on a port of its own."""
+        cluster = {t: [localhost(ports[t, i]) for i in range(len(members))] for t, members in self.cluster.items()}
         return TFConfig(cluster, self.task_type, self.task_index, self.environment, dict(self.extra))
 
 
@@ -200,10 +202,6 @@ class EnvServers:
 
     def to_json(self) -> str:
         return json.dumps({"addresses": list(self.addresses), "mode": self.mode}, separators=(",", ":"))
-
-    def with_addresses(self, addresses: Mapping[str, str]) -> EnvServers:
-        """The same servers with some addresses replaced (the local launcher maps them to localhost ports)."""
-        return EnvServers(tuple(addresses.get(a, a) for a in self.addresses), self.mode)
 
 
 def parse_env_servers(text: str) -> EnvServers:

@@ -18,7 +18,13 @@ that sampling for PPO keeps (goal: 0.85 or more); random_ratio, pipelined_ratio 
 same for the others. efficiency = sampler_steps_per_s / parallel_raw_steps_per_s is the same against what
 the cores delivered while measuring: it tells the cost of the batching from the noise of a shared machine.
 
-    .venv/bin/python benchmarks/sampling.py --envs 16 --seconds 5
+training: the sampling phases of a real training run (`loop.train`, the preset with evaluation, video and
+metrics off, `--train-iterations` iterations, the first rollout included), as the run itself timed them,
+between raw and parallel raw measurements before and after it: training_ratio = its sampling rate over
+raw x cores (the best raw loop of the whole measurement), training_efficiency = over the mean of the two
+parallel raw measurements around it, and each iteration's sampling rate (collect_steps_per_s, in order).
+
+    .venv/bin/python benchmarks/sampling.py --envs 16 --seconds 5 --train-iterations 4
 """
 
 from __future__ import annotations
@@ -32,13 +38,17 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from multiprocessing.queues import SimpleQueue  # noqa: E402
 from multiprocessing.synchronize import Barrier  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from agents_operator import presets  # noqa: E402
+from agents_operator.config import TrainerConfig  # noqa: E402
+from agents_operator.trainer import loop  # noqa: E402
 from agents_operator.trainer.envs.batch import BatchEnv  # noqa: E402
 from agents_operator.trainer.envs.make import make_env, usable_cpus  # noqa: E402
 from agents_operator.trainer.envs.types import StepResult  # noqa: E402
@@ -128,6 +138,37 @@ def sampler_steps_per_s(sampler: Sampler, policy: NumpyPolicy, seconds: float) -
     return done / (time.perf_counter() - started)
 
 
+def training(config: TrainerConfig, iterations: int) -> loop.RunResult:
+    """A real training run of `iterations` iterations: sampling between updates, as the trainer does it."""
+    quiet = {"eval_every": 0, "video_episodes": 0, "metrics_port": 0}
+    run_config = config.model_copy(update={**quiet, "total_steps": iterations * config.batch_size})
+    with tempfile.TemporaryDirectory() as scratch:
+        return loop.train(run_config, Path(scratch) / "run")
+
+
+def training_rates(config: TrainerConfig, args: argparse.Namespace, cores: int) -> dict[str, object]:
+    """`training`'s sampling rate between raw measurements (see the module docstring); `raw` is the best
+    single raw loop seen around it."""
+
+    def raw_and_parallel() -> tuple[float, float]:
+        raw = raw_steps_per_s(config.env_id, args.steps, args.seconds)
+        return raw, parallel_raw_steps_per_s(config.env_id, args.steps // cores, args.seconds, cores)
+
+    before = raw_and_parallel()
+    result = training(config, args.train_iterations)
+    after = raw_and_parallel()
+    rate = result.sampling_steps / result.sampling_seconds
+    raw = max(before[0], after[0])
+    per_iteration = result.sampling_steps / len(result.collect_seconds)
+    return {
+        "training_sampling_steps_per_s": round(rate),
+        "training_raw_steps_per_s": round(raw),
+        "training_ratio": round(rate / (raw * cores), 3),
+        "training_efficiency": round(rate / ((before[1] + after[1]) / 2), 3),
+        "collect_steps_per_s": [round(per_iteration / seconds) for seconds in result.collect_seconds],
+    }
+
+
 def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, float | int | str]:
     overrides = {"envs_per_worker": args.envs}
     if args.rollout_steps is not None:
@@ -162,6 +203,8 @@ def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, floa
         result[f"{kind}_ratio"] = round(best[kind] / (best["raw"] * cores), 3)
     result["ratio"] = round(best["sampler"] / (best["raw"] * cores), 3)
     result["efficiency"] = round(best["sampler"] / best["parallel_raw"], 3)
+    if args.train_iterations:
+        result |= training_rates(config, args, cores)
     return result
 
 
@@ -178,6 +221,9 @@ def main() -> None:
         "--seconds", type=float, default=3.0, help="most seconds per raw measurement, least per sampler one"
     )
     parser.add_argument("--repeats", type=int, default=2, help="rounds; the best one counts")
+    parser.add_argument(
+        "--train-iterations", type=int, default=3, help="iterations of the real training run; 0 skips it"
+    )
     args = parser.parse_args()
     cores = usable_cpus()
     results = {preset: measure(preset, args, cores) for preset in args.presets}

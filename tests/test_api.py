@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from agents_operator import api, naming, presets
-from agents_operator.api import InvalidJob, parse_job
+from agents_operator import api, naming, presets, render
+from agents_operator.api import AgentsJob, InvalidJob, parse_job
 from tests.crdtools import cel_verdict
 
 
@@ -31,12 +31,12 @@ def test_minimal_job_gets_defaults():
     assert job.spec.success_policy == "ChiefWorker"
     assert job.spec.storage.path == "/var/run/agents"
     assert job.spec.replica_specs.counts() == {"ps": 1, "worker": 2, "evaluator": 0}
-    assert job.trainer_config() == presets.resolve("pendulum")
+    assert job.config == presets.resolve("pendulum")
 
 
 def test_overrides_apply_on_top_of_the_preset():
     job = parse_job(manifest(trainer={"preset": "hopper", "learningRate": 1e-4, "maxGradNorm": None}))
-    cfg = job.trainer_config()
+    cfg = job.config
     assert cfg.env_id == "HopperBulletEnv-v0"
     assert cfg.learning_rate == 1e-4
     assert cfg.max_grad_norm is None  # explicit null disables clipping
@@ -44,10 +44,19 @@ def test_overrides_apply_on_top_of_the_preset():
 
 
 def test_trainer_config_is_resolved_once_per_parse(monkeypatch):
+    calls = []
+    resolve = presets.resolve
+    monkeypatch.setattr(presets, "resolve", lambda *a: calls.append(a) or resolve(*a))
     job = parse_job(manifest(trainer={"preset": "hopper", "learningRate": 1e-4}))
-    resolved = job.trainer_config()
-    monkeypatch.setattr(presets, "resolve", lambda *a, **k: pytest.fail("resolved again"))
-    assert job.trainer_config() is resolved
+    render.children(job)
+    assert calls == [("hopper", {"learning_rate": 1e-4})]
+    assert job.config is job.config and job.topology.config is job.config
+
+
+def test_a_job_not_parsed_has_no_trainer_config():
+    job = AgentsJob.model_validate(manifest())
+    with pytest.raises(ValueError, match=r"not parsed with api\.parse_job"):
+        _ = job.config
 
 
 def _with(path: str, value):
@@ -402,7 +411,7 @@ def test_every_problem_is_reported_at_once():
 
 def test_a_null_the_schema_does_not_allow_is_dropped_as_the_api_server_does():
     job = parse_job(manifest(trainer={"preset": "hopper", "epochs": None}, runPolicy=None))
-    assert job.trainer_config().epochs == presets.load("hopper")["epochs"]
+    assert job.config.epochs == presets.load("hopper")["epochs"]
     assert job.spec.run_policy.backoff_limit == 3
 
 
@@ -415,7 +424,7 @@ INTEGRAL_FLOATS = manifest(
 
 def test_an_integral_float_is_the_integer_as_json_reads_it():
     job = parse_job(copy.deepcopy(INTEGRAL_FLOATS))
-    assert job.spec.replica_specs.counts()["worker"] == 2 and job.trainer_config().epochs == 3
+    assert job.spec.replica_specs.counts()["worker"] == 2 and job.config.epochs == 3
 
 
 def test_a_null_label_or_annotation_is_the_empty_string_as_the_api_server_decodes_it():

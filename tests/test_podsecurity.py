@@ -255,5 +255,5 @@ def test_the_local_launcher_keeps_the_users_home_and_caches():
     )
     container = render.pod(evaluator, "evaluator", 0)["spec"]["containers"][0]
     assert set(render.SCRATCH_ENV) <= {e["name"] for e in container["env"]}
-    _, env = local._process(container, Path("/tmp/run"), {}, None, 0, False)
-    assert not set(render.SCRATCH_ENV) & set(env)
+    (replica,) = [r for r in local.plan(evaluator, Path("/tmp/run")) if r.type == "evaluator"]
+    assert not set(render.SCRATCH_ENV) & set(replica.env)

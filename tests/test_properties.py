@@ -113,7 +113,7 @@ def test_validate_accepts_and_renders_or_names_a_problem(data):
         return
     children = render.children(job)
     counts = job.spec.replica_specs.counts()
-    servers = len(render.remote_env_servers(job))
+    servers = job.topology.remote_servers
     assert sum(1 for c in children if c["kind"] == "Pod") == sum(counts.values()) + servers
     if job.spec.environments.placement == "remote":
         per_worker = job.spec.environments.servers_per_worker

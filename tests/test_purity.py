@@ -9,6 +9,8 @@ PURE = [
     "podsecurity",
     "naming",
     "tfconfig",
+    "topology",
+    "launch",
     "render",
     "crd",
     "config",

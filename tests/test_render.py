@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agents_operator import manifests, naming, presets, render, tfconfig
+from agents_operator import launch, manifests, naming, presets, render, tfconfig, topology
 from agents_operator.api import parse_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_each_pod_gets_its_own_tf_config_and_service(path):
     pods = render.pods(job)
     services = {s["metadata"]["name"]: s for s in render.services(job)}
     counts = job.spec.replica_specs.counts()
-    assert len(pods) == sum(counts.values()) + len(render.remote_env_servers(job))
+    assert len(pods) == sum(counts.values()) + job.topology.remote_servers
     for pod in pods:
         meta = pod["metadata"]
         replica_type, index = naming.parse_child(meta["labels"])
@@ -81,12 +81,12 @@ def test_each_pod_gets_its_own_tf_config_and_service(path):
 
 def test_trainer_args_resolve_to_the_same_config():
     job = load(ROOT / "examples" / "hopper.yaml")
-    args = render.trainer_args(job)
+    args = launch.argv(render.trainer_launch(job, naming.WORKER, 1))
     assert args[:3] == ["train", "--config", "hopper"]
     overrides = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--set")
     assert set(overrides) == {"mode", "learning_rate", "seed"}
     parsed = {k: yaml.safe_load(v) for k, v in overrides.items()}
-    assert presets.resolve("hopper", parsed) == job.trainer_config()
+    assert presets.resolve("hopper", parsed) == job.config
     assert args[-3:] == ["--logdir", "/var/run/agents/hopper", "--resume"]
 
 
@@ -217,12 +217,12 @@ def test_colocated_jobs_have_no_env_servers():
     for pod in render.pods(job):
         assert "initContainers" not in pod["spec"]
         assert tfconfig.ENV_SERVERS_VAR not in _env(pod["spec"]["containers"][0])
-    assert render.remote_env_servers(job) == []
+    assert job.topology.remote_servers == 0
 
 
 def test_remote_servers_split_each_workers_batch_and_seed_it_as_colocated():
     job = load(ROOT / "examples" / "cheetah-remote.yaml")
-    config = job.trainer_config()
+    config = job.config
     pods = {p["metadata"]["name"]: p for p in render.pods(job)}
     services = {s["metadata"]["name"]: s for s in render.services(job)}
     assert [n for n in pods if "-envserver-" in n] == [f"cheetah-remote-envserver-{i}" for i in range(4)]
@@ -237,7 +237,7 @@ def test_remote_servers_split_each_workers_batch_and_seed_it_as_colocated():
         for address in servers.addresses:
             name = address.split(".")[0]
             server = pods[name]["spec"]["containers"][0]
-            assert server["name"] == render.ENV_SERVER_CONTAINER
+            assert server["name"] == naming.ENV_SERVER_CONTAINER
             args = server["args"]
             assert args[:3] == ["env-server", "--env", config.env_id]
             seeds.append(int(_flag(args, "--seed")))
@@ -280,17 +280,17 @@ def test_uneven_split_and_evaluator_server():
             },
         }
     )
-    shares = render.remote_env_servers(job)
+    shares = [job.topology.remote_share(i) for i in range(job.topology.remote_servers)]
     assert shares == [
-        render.EnvServerShare(100, 3),
-        render.EnvServerShare(103, 2),
-        render.EnvServerShare(105, 2),
-        render.EnvServerShare(107, 1),  # the evaluator's own, past every worker's seeds
+        topology.EnvServerShare(100, 3),
+        topology.EnvServerShare(103, 2),
+        topology.EnvServerShare(105, 2),
+        topology.EnvServerShare(107, 1),  # the evaluator's own, past every worker's seeds
     ]
     evaluator = render.pod(job, naming.EVALUATOR, 0)["spec"]["containers"][0]
     servers = tfconfig.parse_env_servers(_env(evaluator)[tfconfig.ENV_SERVERS_VAR])
     assert servers.addresses == ("odd-envserver-3.ns.svc:6000",)
-    assert render.replicas(job) == [
+    assert job.topology.slots() == [
         *((naming.ENV_SERVER, i) for i in range(4)),
         (naming.WORKER, 0),
         (naming.EVALUATOR, 0),
@@ -304,8 +304,8 @@ def test_uneven_split_and_evaluator_server():
 
 def test_sidecar_is_a_native_sidecar_reached_over_localhost():
     job = load(ROOT / "examples" / "pendulum-sidecar.yaml")
-    config = job.trainer_config()
-    assert render.remote_env_servers(job) == []
+    config = job.config
+    assert job.topology.remote_servers == 0
     for pod in render.pods(job):
         replica_type, index = naming.parse_child(pod["metadata"]["labels"])
         trainer = pod["spec"]["containers"][0]
@@ -314,7 +314,7 @@ def test_sidecar_is_a_native_sidecar_reached_over_localhost():
             assert tfconfig.ENV_SERVERS_VAR not in _env(trainer)
             continue
         (sidecar,) = pod["spec"]["initContainers"]
-        assert sidecar["name"] == render.ENV_SERVER_CONTAINER and sidecar["restartPolicy"] == "Always"
+        assert sidecar["name"] == naming.ENV_SERVER_CONTAINER and sidecar["restartPolicy"] == "Always"
         assert int(_flag(sidecar["args"], "--seed")) == config.seed + index * config.envs_per_worker
         assert int(_flag(sidecar["args"], "--envs")) == config.envs_per_worker
         assert sidecar["resources"]["limits"] == {"memory": "1Gi"}

@@ -17,7 +17,6 @@ def test_build_matches_the_tfjob_convention():
         "environment": "cloud",
     }
     assert cfg.address == "pend-worker-1.ml.svc:2222"
-    assert not cfg.is_chief
     assert (cfg.num_ps, cfg.num_workers) == (1, 2)
 
 
@@ -36,7 +35,6 @@ def test_round_trip(replicas, task):
     assert again == cfg
     assert again.to_json() == cfg.to_json()
     assert "evaluator" not in again.cluster
-    assert again.is_chief == (task == ("worker", 0))
 
 
 def test_evaluator_is_not_a_cluster_member():
@@ -52,11 +50,11 @@ def test_parse_keeps_unknown_top_level_keys():
     assert json.loads(cfg.to_json())["rpc_layer"] == "grpc"
 
 
-def test_with_addresses_maps_hosts():
-    cfg = tfconfig.build("j", "ns", {"ps": 1, "worker": 1}, "worker", 0)
-    local = cfg.with_addresses({"j-ps-0.ns.svc:2222": "localhost:40001"})
-    assert local.cluster["ps"] == ["localhost:40001"]
-    assert local.cluster["worker"] == cfg.cluster["worker"]
+def test_on_local_ports_puts_every_member_on_its_own_port():
+    cfg = tfconfig.build("j", "ns", {"ps": 1, "worker": 2}, "worker", 1)
+    local = cfg.on_local_ports({("ps", 0): 40001, ("worker", 0): 40002, ("worker", 1): 40003})
+    assert local.cluster == {"ps": ["localhost:40001"], "worker": ["localhost:40002", "localhost:40003"]}
+    assert (local.task_type, local.task_index) == ("worker", 1)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,5 @@
 """Hostile YAML is refused quickly with one line naming the place; ordinary YAML loads as before."""
 
-import time
-
 import pytest
 import yaml
 
@@ -15,6 +13,13 @@ def _bomb(levels: int) -> str:
         refs = ", ".join([f"*l{i - 1}"] * 9)
         lines.append(f"l{i}: &l{i} [{refs}]")
     return "\n".join(lines) + "\n"
+
+
+def _never(what: str):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"the text was {what}")
+
+    return fail
 
 
 HOSTILE = [
@@ -42,11 +47,10 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize(("text", "line", "path", "reason"), HOSTILE, ids=lambda v: str(v)[:30])
-def test_hostile_yaml_is_refused_naming_line_and_path(text, line, path, reason):
-    started = time.perf_counter()
+def test_hostile_yaml_is_refused_naming_line_and_path(text, line, path, reason, monkeypatch):
+    monkeypatch.setattr(yamlload.yaml, "load_all", _never("built"))  # refused from the events, nothing built
     with pytest.raises(yamlload.YAMLBoundsError) as err:
         yamlload.load_all(text)
-    assert time.perf_counter() - started < 1
     assert reason in err.value.reason
     assert (err.value.line, err.value.path) == (line, path)
 
@@ -74,20 +78,17 @@ def test_a_character_yaml_does_not_allow_is_one_line_with_line_and_column(tmp_pa
     assert str(err.value) == f"{path}:2:4: invalid YAML: control characters are not allowed #x001f"
 
 
-def test_a_large_ordinary_manifest_is_checked_quickly():
+def test_a_large_ordinary_manifest_is_within_the_bounds():
     text = "".join(f"k{i}: [{i}, {i}.5, 'text {i}', true, null]\n" for i in range(10_000))  # 60k nodes
-    started = time.perf_counter()
-    yamlload.check_bounds(text)
-    assert time.perf_counter() - started < 2
+    assert yamlload.load_all(text) == [yaml.safe_load(text)]
 
 
-def test_a_manifest_larger_than_etcd_stores_is_refused_before_parsing(tmp_path):
+def test_a_manifest_larger_than_etcd_stores_is_refused_before_parsing(tmp_path, monkeypatch):
     path = tmp_path / "big.yaml"
     path.write_text("a: '" + "x" * (10 * 1024 * 1024) + "'\n")
-    started = time.perf_counter()
+    monkeypatch.setattr(yamlload.yaml, "parse", _never("parsed"))
     with pytest.raises(manifests.ManifestError) as err:
         manifests.load_documents(path)
-    assert time.perf_counter() - started < 1
     assert str(err.value) == f"{path}: larger than {yamlload.MAX_BYTES} bytes, the most an API server (etcd) stores"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from agents_operator.config import TrainerConfig
+from agents_operator.config import TrainerConfig, field_name
 
 
 def names() -> list[str]:
@@ -31,7 +31,8 @@ def load(name: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=64)
 def _parse(text: str) -> dict[str, Any]:
-    """YAML parsing dominated the operator's reconcile (render asks for the config per child): cached by text."""
+    """Presets are package data, the same for the life of the process, and parsing one takes longer than the rest
+    of `api.parse_job` (which the operator runs on every reconcile): each text is parsed once."""
     return yaml.safe_load(text) or {}
 
 
@@ -39,14 +40,7 @@ def resolve(name: str, overrides: dict[str, Any] | None = None) -> TrainerConfig
     """Preset `name` with `overrides` (snake_case or camelCase keys) applied, validated."""
     data = dict(load(name))
     for key, value in (overrides or {}).items():
-        field = _field_name(key)
+        field = field_name(key) or key  # unknown: validation reports it as an extra field
         data.pop(field, None)
         data[field] = value
     return TrainerConfig.model_validate(data)
-
-
-def _field_name(key: str) -> str:
-    for name, info in TrainerConfig.model_fields.items():
-        if key in (name, info.alias):
-            return name
-    return key  # unknown: validation reports it as an extra field

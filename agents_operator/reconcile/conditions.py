@@ -12,10 +12,18 @@ from datetime import datetime
 from typing import Any
 
 from agents_operator import status
-from agents_operator.api import AgentsJobStatus
+from agents_operator.api import (
+    CREATED,
+    FAILED,
+    REPLICA_FAILURE,
+    RESTARTING,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    AgentsJobStatus,
+)
 from agents_operator.reconcile.actions import NORMAL, WARNING, Event, Refusal
 from agents_operator.reconcile.rules import Outcome
-from agents_operator.status import CREATED, FAILED, REPLICA_FAILURE, RESTARTING, RUNNING, SUCCEEDED, SUSPENDED
 
 JOB_CREATED = "JobCreated"
 JOB_RUNNING = "JobRunning"

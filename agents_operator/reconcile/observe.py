@@ -30,14 +30,14 @@ class Desired:
     """
 
     slots: tuple[Slot, ...]
-    """(type, index) of every pod, in the order `render.replicas` gives (creates follow it)."""
+    """(type, index) of every pod, in the order `topology.Topology.slots` gives (creates follow it)."""
     others: dict[tuple[str, str], dict]
     """Every other child by (kind, name), in render order. Shared between plans: copied into a Create."""
 
     @classmethod
     def of(cls, job: api.AgentsJob, options: render.RenderOptions) -> Desired:
         others = {(c["kind"], c["metadata"]["name"]): c for c in render.non_pod_children(job, options)}
-        return cls(tuple(render.replicas(job)), others)
+        return cls(tuple(job.topology.slots()), others)
 
 
 class DesiredCache:
@@ -130,7 +130,7 @@ def replica_statuses(
     cleanup removes pods, not what they did."""
     out = {}
     types = [t for t, _ in job.spec.replica_specs.items()]
-    if render.remote_env_servers(job):
+    if job.topology.remote_servers:
         types.append(naming.ENV_SERVER)
     for replica_type in types:
         views = [p for p in pods.values() if p.replica_type == replica_type]

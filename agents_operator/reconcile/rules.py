@@ -41,7 +41,7 @@ class Outcome:
 
     @property
     def succeeded(self) -> bool:
-        return self.condition == status.SUCCEEDED
+        return self.condition == api.SUCCEEDED
 
 
 def success(job: api.AgentsJob, slots: Mapping[tuple[str, int], PodView]) -> Outcome | None:
@@ -50,9 +50,9 @@ def success(job: api.AgentsJob, slots: Mapping[tuple[str, int], PodView]) -> Out
     done = [w is not None and w.state == status.POD_SUCCEEDED for w in workers]
     if job.spec.success_policy == "ChiefWorker" and done[0]:
         chief = naming.child_name(job.name, naming.WORKER, 0)
-        return Outcome(status.SUCCEEDED, CHIEF_SUCCEEDED, f"{chief} succeeded")
+        return Outcome(api.SUCCEEDED, CHIEF_SUCCEEDED, f"{chief} succeeded")
     if job.spec.success_policy == "AllWorkers" and all(done):
-        return Outcome(status.SUCCEEDED, ALL_WORKERS_SUCCEEDED, f"all {len(workers)} workers succeeded")
+        return Outcome(api.SUCCEEDED, ALL_WORKERS_SUCCEEDED, f"all {len(workers)} workers succeeded")
     return None
 
 
@@ -66,7 +66,7 @@ def deadline(run: api.RunPolicy, start_time: str | None, now: datetime) -> tuple
     if now < ends:
         return None, (ends - now).total_seconds()
     message = f"ran longer than activeDeadlineSeconds ({run.active_deadline_seconds} s since {start_time})"
-    return Outcome(status.FAILED, DEADLINE_EXCEEDED, message), None
+    return Outcome(api.FAILED, DEADLINE_EXCEEDED, message), None
 
 
 def describe(pod: PodView) -> str:
@@ -83,13 +83,13 @@ def failure(pod: PodView, restart_policy: str, restarts: int, backoff_limit: int
     with `restarts` already at `backoff_limit`, the job fails instead.
     """
     if restart_policy == "Never":
-        return Outcome(status.FAILED, POD_FAILED, f"{describe(pod)}; restartPolicy Never", pod.name)
+        return Outcome(api.FAILED, POD_FAILED, f"{describe(pod)}; restartPolicy Never", pod.name)
     if restart_policy == "ExitCode" and pod.exit_code in PERMANENT_EXIT_CODES:
         message = f"{describe(pod)}; restartPolicy ExitCode treats 1-127 as permanent"
-        return Outcome(status.FAILED, PERMANENT_EXIT_CODE, message, pod.name)
+        return Outcome(api.FAILED, PERMANENT_EXIT_CODE, message, pod.name)
     if restarts >= backoff_limit:
         message = f"{describe(pod)}; {restarts} restart(s) used, backoffLimit {backoff_limit}"
-        return Outcome(status.FAILED, BACKOFF_LIMIT_EXCEEDED, message, pod.name)
+        return Outcome(api.FAILED, BACKOFF_LIMIT_EXCEEDED, message, pod.name)
     return None
 
 

@@ -166,9 +166,9 @@ def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason
 
 def _finished(b: _Builder, j: _Job) -> act.Plan:
     """2. A finished job only cleans up and waits for its TTL."""
-    failed = status.get_condition(j.prev, status.FAILED)
+    failed = status.get_condition(j.prev, api.FAILED)
     deadline = failed is not None and failed.status == "True" and failed.reason == rules.DEADLINE_EXCEEDED
-    why = "succeeded" if status.is_true(j.prev, status.SUCCEEDED) else "failed"
+    why = "succeeded" if status.is_true(j.prev, api.SUCCEEDED) else "failed"
     _cleanup(b, j, stop_running=deadline, why=why)
     b.status.replica_statuses = replica_statuses(j.spec, j.slots, j.prev)
     _ttl(b, j.run.ttl_seconds_after_finished)
@@ -181,7 +181,7 @@ def _decide(b: _Builder, j: _Job) -> act.Plan:
     outcome = rules.success(j.spec, j.slots)
     if outcome is None:
         # A resumed job's clock restarts (as for a batch Job): the time spent suspended does not count.
-        start = None if status.is_true(j.prev, status.SUSPENDED) else b.status.start_time
+        start = None if status.is_true(j.prev, api.SUSPENDED) else b.status.start_time
         outcome, remaining = rules.deadline(j.run, start, b.now)
         if remaining is not None:
             b.requeue(remaining)
@@ -219,7 +219,7 @@ def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> act.Plan:
         j.slots[pod.slot] = replace(pod, terminating=True)
     if j.run.suspend:
         return _suspend(b, j)
-    if status.is_true(j.prev, status.SUSPENDED):
+    if status.is_true(j.prev, api.SUSPENDED):
         b.conditions.resumed()
         b.status.start_time = None  # the deadline counts from the resume, as for a batch Job
     created = _create_missing(b, j)
@@ -267,7 +267,7 @@ def _running(b: _Builder, j: _Job, *, restarting: bool, created: list[Slot]) -> 
     )
     remote = any(s[0] == naming.ENV_SERVER for s in j.desired.slots)
     what = "ps, worker and env server" if remote else "ps and worker"
-    b.conditions.in_progress(running, restarting or status.is_true(j.prev, status.RESTARTING), what)
+    b.conditions.in_progress(running, restarting or status.is_true(j.prev, api.RESTARTING), what)
     # Pods created by this plan count as active (Pending) now, so that their creation needs no second status
     # write when their watch events come in.
     live = {s: p for s, p in j.slots.items() if not p.terminating}

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from agents_operator import naming, presets, tfconfig
-from agents_operator.config import TrainerConfig, describe
+from agents_operator.config import TrainerConfig, describe, field_name
 from agents_operator.trainer import checkpoints, rundir
 from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
 
@@ -238,7 +238,6 @@ def resolve_train_config(preset: str | None, overrides: list[str], logdir: Path,
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """`--set KEY=VALUE` arguments as {field name: YAML-parsed value}; keys may be camelCase aliases."""
-    aliases = {info.alias: name for name, info in TrainerConfig.model_fields.items()}
     known = sorted(TrainerConfig.model_fields)
     settings: dict[str, Any] = {}
     for item in items:
@@ -246,9 +245,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not equals or not key:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE")
-        name = aliases.get(key, key)
-        if name not in TrainerConfig.model_fields:
-            close = difflib.get_close_matches(name, known, n=1)
+        name = field_name(key)
+        if name is None:
+            close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UsageError(f"--set {key}: unknown setting{hint}; settings: {', '.join(known)}")
         try:

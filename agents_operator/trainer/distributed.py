@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from agents_operator import naming
+from agents_operator import naming, topology
 from agents_operator.tfconfig import TFConfig
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Cluster:
 
     @property
     def is_chief(self) -> bool:
-        return self.tf_config.is_chief
+        return topology.runs_as_chief(self.tf_config)
 
     @property
     def num_workers(self) -> int:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.envs import remote
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 5.0
-SEED_OFFSET = 2_000_000  # episodes of their own, apart from training and the chief's evaluations
 
 
 def run(
@@ -61,7 +61,7 @@ def run(
                 )
                 observations.shared = state.observation_moments
                 returns, lengths = episodes.run_episodes(
-                    state.policy, observations, config.eval_episodes, config.seed + SEED_OFFSET
+                    state.policy, observations, config.eval_episodes, config.seed + topology.EVALUATOR_SEED_OFFSET
                 )
                 mean_return = float(np.mean(returns))
                 values = {"eval/mean_return": mean_return, "eval/mean_length": float(np.mean(lengths))}

@@ -7,9 +7,10 @@ and the normaliser statistics. `build_graph` takes a device setter (None locally
 variables on parameter servers and its ops on the worker. A checkpoint of those variables is the whole
 training state.
 
-Per iteration the session runs a pull of the shared weights into the local copy, one Adam step per
-minibatch, a push of the change, and `finish_iteration` (counters, normaliser sums, KL penalty, and a
-read of every weight for the numpy actor). Acting never runs it.
+Per iteration the session runs a pull of the shared weights into the local copy, the update (every epoch's
+minibatch Adam steps in one session run: a `tf.while_loop` over the batch, fed once, shuffled in the
+graph), a push of the change, and `finish_iteration` (counters, normaliser sums, KL penalty, and a read of
+every weight for the numpy actor). Acting never runs it.
 The graph lives in its own `tf.Graph`, which is graph mode whether or not eager execution is enabled in
 the process, so tests and tools can build learners side by side.
 """
@@ -25,13 +26,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import distributed
 from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo import losses
 from agents_operator.trainer.ppo.networks import Networks, mlp_tf
-from agents_operator.trainer.ppo.objective import Objective, ppo_objective
+from agents_operator.trainer.ppo.objective import METRICS, Objective, ppo_objective
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch
 
@@ -51,11 +53,11 @@ class LearnerState:
 
 @dataclass
 class _Graph:
-    feeds: dict[str, tf.Tensor]
+    feeds: dict[str, tf.Tensor]  # the iteration's whole batch, by `Batch` field
+    update_seed: tf.Tensor  # (2,) int64: the seed of the update's minibatch order
     networks: Networks  # the shared weights (on the ps tasks in a cluster)
     pull: tf.Operation
-    train_op: tf.Operation
-    train_metrics: dict[str, tf.Tensor]
+    update: dict[str, tf.Tensor]  # the update's metrics by name; fetching them runs the whole update
     push: tf.Operation
     finish_feeds: dict[str, tf.Tensor]
     finish_metrics: dict[str, tf.Tensor]
@@ -100,7 +102,7 @@ def _counter(name: str, dtype: tf.DType, shape: list[int], init: float = 0) -> t
 
 
 def _placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
-    """What a minibatch feeds, by the name of its `Batch` field."""
+    """What a batch feeds, by the name of its `Batch` field."""
     v1 = tf.compat.v1
     return {
         "observations": v1.placeholder(tf.float32, [None, obs_dim], "observations"),
@@ -186,20 +188,74 @@ class _Local:
         return ppo_objective(config, feeds, mean, self.networks.log_std, value, self.kl_beta)
 
 
-def _train_op(config: TrainerConfig, loss: tf.Tensor, local: _Local) -> tuple[tf.Operation, dict[str, tf.Tensor]]:
-    """One Adam step on the local copy, and its metrics (grad_norm, learning_rate) by name."""
+def _optimizer(config: TrainerConfig, local: _Local) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
+    """This worker's Adam and its learning rate after the schedule (by the env steps counted so far)."""
     learning_rate = tf.constant(config.learning_rate)
     if config.lr_schedule == "linear":
         progress = tf.cast(local.env_steps.read_value(), tf.float32) / float(config.total_steps)
         learning_rate = learning_rate * tf.maximum(1.0 - progress, 0.0)
-    optimizer = tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.adam_epsilon)
+    return tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.adam_epsilon), learning_rate
+
+
+def minibatch_step(
+    config: TrainerConfig, local: _Local, optimizer: tf.compat.v1.train.Optimizer, minibatch: dict[str, tf.Tensor]
+) -> tuple[tf.Operation, dict[str, tf.Tensor]]:
+    """One Adam step on the local copy over `minibatch`, and its metrics by name (`STEP_METRICS`)."""
+    objective = local.objective(config, minibatch)
     weights = local.networks.variables()
-    gradients = tf.gradients(loss, weights)
+    gradients = tf.gradients(objective.loss, weights)
     grad_norm = tf.linalg.global_norm(gradients)
     if config.max_grad_norm is not None:
         gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm, use_norm=grad_norm)
-    train_op = optimizer.apply_gradients(zip(gradients, weights, strict=True))
-    return train_op, {"grad_norm": grad_norm, "learning_rate": learning_rate}
+    # The metrics are of the weights before the step: a metric the gradients do not need (the entropy, when
+    # it is not in the loss) would otherwise read a weight before or after the step, as it happens.
+    with tf.control_dependencies(objective.metrics.values()):
+        train_op = optimizer.apply_gradients(zip(gradients, weights, strict=True))
+    return train_op, {**objective.metrics, "grad_norm": grad_norm}
+
+
+STEP_METRICS = (*METRICS, "grad_norm")
+"""What each Adam step of an update measures (its objective's terms and the gradient norm before clipping);
+the update logs their means over its minibatches, and its learning rate."""
+
+
+def minibatch_indices(config: TrainerConfig, batch_size: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """(epochs x minibatches, minibatch_size): the samples of each minibatch of an update, epoch after epoch.
+
+    Each epoch is a fresh permutation of the batch (the order that sorts random 64-bit keys, drawn by a
+    stateless op from `seed`, so the order is a function of the seed alone), cut into minibatches; samples
+    left over by a batch that is not a multiple of the minibatch size sit out that epoch.
+    """
+    keys = tf.random.stateless_uniform([config.epochs, batch_size], seed, minval=None, maxval=None, dtype=tf.int64)
+    size = config.minibatch_size
+    per_epoch = batch_size // size
+    orders = tf.argsort(keys, axis=1, stable=True)[:, : per_epoch * size]
+    return tf.reshape(orders, [config.epochs * per_epoch, size])
+
+
+def _update(config: TrainerConfig, local: _Local, batch: dict[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Every Adam step of an update in one `tf.while_loop` over the batch fed once; the means of
+    `STEP_METRICS` over the minibatches (float64 sums, divided at the end) and the learning rate, by name.
+
+    One iteration at a time (`parallel_iterations=1`), and every op of a step waits for the previous
+    step's Adam update: the weights a step reads are those the step before wrote.
+    """
+    optimizer, learning_rate = _optimizer(config, local)
+    indices = minibatch_indices(config, tf.shape(batch["advantages"])[0], seed)
+    steps = tf.shape(indices)[0]
+
+    def body(step: tf.Tensor, totals: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        with tf.control_dependencies([step]):
+            rows = indices[step]
+            minibatch = {name: v if name == "log_std" else tf.gather(v, rows) for name, v in batch.items()}
+            train_op, metrics = minibatch_step(config, local, optimizer, minibatch)
+        with tf.control_dependencies([train_op]):
+            return step + 1, {name: total + tf.cast(metrics[name], tf.float64) for name, total in totals.items()}
+
+    zeros = {name: tf.constant(0.0, tf.float64) for name in STEP_METRICS}
+    _, totals = tf.compat.v1.while_loop(lambda step, _: step < steps, body, (0, zeros), parallel_iterations=1)
+    means = {name: total / tf.cast(steps, tf.float64) for name, total in totals.items()}
+    return {**means, "learning_rate": learning_rate}
 
 
 def _push(
@@ -262,6 +318,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     their initial values depend only on the seed."""
     v1 = tf.compat.v1
     feeds = _placeholders(obs_dim, act_dim)
+    update_seed = v1.placeholder(tf.int64, [2], "update_seed")
     with shared_scope():
         shared = _Shared.create(config, obs_dim, act_dim)
     shared_variables = list(v1.global_variables())
@@ -269,16 +326,16 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         local = _Local.create(config, obs_dim, act_dim)
     pull = local.pull(shared)
     with local_scope():
-        objective = local.objective(config, feeds)
-        train_op, optimizer_metrics = _train_op(config, objective.loss, local)
+        update = _update(config, local, feeds, update_seed)
+        kl = local.objective(config, feeds).kl
     push, sync_optimizer = _push(shared, local, sync_replicas, shared_scope, local_scope)
-    finish_feeds, finish_metrics, state_after_finish = _finish(config, shared, objective.kl)
+    finish_feeds, finish_metrics, state_after_finish = _finish(config, shared, kl)
     return _Graph(
         feeds=feeds,
+        update_seed=update_seed,
         networks=shared.networks,
         pull=pull,
-        train_op=train_op,
-        train_metrics={**objective.metrics, **optimizer_metrics},
+        update=update,
         push=push,
         finish_feeds=finish_feeds,
         finish_metrics=finish_metrics,
@@ -337,7 +394,7 @@ class Learner:
         self.cluster = cluster
         self.target = target
         self.graph = tf.Graph()
-        chief = cluster is None or cluster.is_chief
+        chief = topology.runs_as_chief(cluster.tf_config if cluster else None)
         with self.graph.as_default():
             # Weight initialisation (and so a whole single-process run) is reproducible from config.seed.
             tf.compat.v1.set_random_seed(config.seed)
@@ -414,28 +471,20 @@ class Learner:
         return self._unpack(self.session.run(self._g.state))
 
     def update(self, batch: Batch, rng: np.random.Generator) -> dict[str, float]:
-        """`epochs` passes of minibatch Adam steps over `batch` on the local copy of the shared weights,
-        then one push of the change; metrics averaged over all minibatches, plus the seconds spent with
-        the shared variables (`ps_seconds`: pull and push, which in sync mode waits for every worker) and
-        on the local epochs (`epochs_seconds`)."""
+        """`epochs` passes of minibatch Adam steps over `batch` on the local copy of the shared weights (one
+        session run, the minibatch order drawn from `rng`), then one push of the change; metrics averaged
+        over all minibatches, plus the seconds spent with the shared variables (`ps_seconds`: pull and
+        push, which in sync mode waits for every worker) and on the local epochs (`epochs_seconds`)."""
         begin = time.perf_counter()
         self.session.run(self._g.pull)
         pulled = time.perf_counter()
-        size = self.config.minibatch_size
-        fetches = [self._g.train_op, self._g.train_metrics]
-        totals: dict[str, float] = {}
-        steps = 0
-        for _ in range(self.config.epochs):
-            order = rng.permutation(len(batch))
-            for start in range(0, len(batch) - size + 1, size):
-                _, metrics = self.session.run(fetches, self._feed(batch, order[start : start + size]))
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
-                steps += 1
+        feed = self._feed(batch)
+        feed[self._g.update_seed] = rng.integers(np.iinfo(np.int64).max, size=2)
+        metrics = self.session.run(self._g.update, feed)
         trained = time.perf_counter()
         self.session.run(self._g.push)
         timings = {"ps_seconds": pulled - begin + time.perf_counter() - trained, "epochs_seconds": trained - pulled}
-        return {**{key: total / steps for key, total in totals.items()}, **timings}
+        return {**{key: float(value) for key, value in metrics.items()}, **timings}
 
     def finish_iteration(
         self, batch: Batch, env_steps: int, observation_moments: Moments, return_moments: Moments
@@ -445,7 +494,7 @@ class Learner:
         Returns the new state and the exact KL between the acting and the updated policy on `batch`.
         """
         g = self._g
-        feed = self._feed(batch, slice(None))
+        feed = self._feed(batch)
         feed[g.finish_feeds["env_steps"]] = env_steps
         for prefix, moments in [("observation", observation_moments), ("return", return_moments)]:
             feed[g.finish_feeds[f"{prefix}_count"]] = moments.count
@@ -498,18 +547,8 @@ class Learner:
             self.session.close()
             self.session = None
 
-    def _feed(self, batch: Batch, index: Any) -> dict[tf.Tensor, np.ndarray]:
-        feeds = self._g.feeds
-        return {
-            feeds["observations"]: batch.observations[index],
-            feeds["actions"]: batch.actions[index],
-            feeds["log_probs"]: batch.log_probs[index],
-            feeds["means"]: batch.means[index],
-            feeds["log_std"]: batch.log_std,
-            feeds["values"]: batch.values[index],
-            feeds["advantages"]: batch.advantages[index],
-            feeds["returns"]: batch.returns[index],
-        }
+    def _feed(self, batch: Batch) -> dict[tf.Tensor, np.ndarray]:
+        return {tensor: getattr(batch, name) for name, tensor in self._g.feeds.items()}
 
     def _unpack(self, values: dict[str, Any]) -> LearnerState:
         """The `LearnerState` of the values of `_Graph.state` (or `state_after_finish`), fetched by name."""

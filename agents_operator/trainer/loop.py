@@ -21,6 +21,7 @@ from typing import TextIO
 
 import numpy as np
 
+from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer import checkpoints, distributed, rundir, visualize
@@ -36,8 +37,6 @@ from agents_operator.trainer.sampling import samplers
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from agents_operator.trainer.summaries import SummaryWriter
 
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training environments
-
 
 @dataclass
 class RunResult:
@@ -48,8 +47,12 @@ class RunResult:
     evaluations: list[tuple[int, float]] = field(default_factory=list)  # (env steps, eval mean return)
     train_returns: list[tuple[int, float]] = field(default_factory=list)  # (env steps, train mean return)
     sampling_steps: int = 0
-    sampling_seconds: float = 0.0
+    collect_seconds: list[float] = field(default_factory=list)  # each iteration's sampling phase, in order
     wall_seconds: float = 0.0
+
+    @property
+    def sampling_seconds(self) -> float:
+        return sum(self.collect_seconds)
 
 
 def train(
@@ -69,7 +72,7 @@ def train(
     """
     started = time.monotonic()
     logdir = Path(logdir)
-    chief = cluster is None or cluster.is_chief
+    chief = topology.runs_as_chief(cluster.tf_config if cluster else None)
     worker = cluster.tf_config.task_index if cluster else 0
     if chief:
         rundir.write_config(logdir, config)
@@ -127,7 +130,7 @@ def train(
                 continue
             _share_statistics(env, state)
             result.sampling_steps += len(batch)
-            result.sampling_seconds += sampled - begin
+            result.collect_seconds.append(sampled - begin)
             done = _finished(state, config, cluster)
             if chief and config.eval_every and (state.iterations % config.eval_every == 0 or done):
                 outputs.evaluate(state, env.observations)
@@ -162,7 +165,7 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
             config.env_id,
             config.envs_per_worker,
             envs_per_process=config.envs_per_process,
-            seed=config.seed + worker * config.envs_per_worker,
+            seed=topology.first_env_seed(config, worker),
             max_episode_steps=config.max_episode_steps,
         )
     env = remote.connect(list(env_servers.addresses), config.env_id)
@@ -310,7 +313,7 @@ class _Outputs:
             state.policy,
             observations,
             self.config.eval_episodes,
-            self.config.seed + EVAL_SEED_OFFSET,
+            self.config.seed + topology.EVALUATION_SEED_OFFSET,
         )
         mean_return = float(np.mean(returns))
         self.writer.scalars(

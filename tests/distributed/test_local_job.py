@@ -70,8 +70,9 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
         wait_until(lambda: len(checkpoints.list_checkpoints(tmp_path)) >= 2, 240, "two checkpoints")
         ps.process.kill()
         wait_until(lambda: "resumed from" in log(tmp_path, "worker-0", "faults"), 240, "the chief to restore")
-        seen = len(checkpoints.list_checkpoints(tmp_path))
-        wait_until(lambda: len(checkpoints.list_checkpoints(tmp_path)) > seen, 240, "a checkpoint after recovery")
+        # Only the newest three checkpoints are kept: wait for a newer one, not for more of them.
+        seen = checkpoints.list_checkpoints(tmp_path)[-1]
+        wait_until(lambda: checkpoints.list_checkpoints(tmp_path)[-1] != seen, 240, "a checkpoint after recovery")
         worker1.process.kill()
     finally:
         thread.join(timeout=600)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from agents_operator import api, naming, render
+from agents_operator import api, naming
 from agents_operator.kube import Kube
 from tests.operator.world import make_job
 
@@ -98,7 +98,7 @@ class Cluster:
     def started(self, name: str = "pj", **kwargs) -> None:
         """Create a job, wait for all its pods and report them Running; returns once the job is Running."""
         self.create_job(name, **kwargs)
-        expected = len(render.replicas(api.parse_job(manifest(name, **kwargs))))
+        expected = len(api.parse_job(manifest(name, **kwargs)).topology.slots())
         wait_for(lambda: len(self.live_pods(name)) == expected, 60, f"{expected} pods")
         self.run_all(name)
         wait_for(lambda: self.state(name) == "Running", 60, "Running")

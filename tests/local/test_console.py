@@ -125,7 +125,7 @@ def test_a_permanent_failure_ends_the_job_before_what_failed_with_it_is_restarte
 
 def test_a_run_with_other_learning_settings_is_refused_before_anything_starts(tmp_path):
     j = job(["true"])
-    saved = j.trainer_config()
+    saved = j.config
     rundir.write_config(tmp_path, saved.model_copy(update={"video_episodes": 1, "eval_every": 99}))
     local.check_resume(j, tmp_path, video=False)  # video and evaluation settings may differ
     rundir.write_config(tmp_path, presets.resolve("pendulum", {"learning_rate": 0.5}))

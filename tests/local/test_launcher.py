@@ -321,3 +321,18 @@ def test_a_sidecar_that_dies_is_restarted_without_using_the_backoff_limit(tmp_pa
     assert outcome.succeeded, outcome
     assert launcher.restarts == 0
     assert marker.read_text() == "xxx"
+
+
+def test_the_launchers_settings_replace_the_jobs_own_in_the_launch(tmp_path):
+    manifest = yaml.safe_load((EXAMPLES / "hopper.yaml").read_text())
+    manifest["spec"]["trainer"]["metricsPort"] = 9100  # the job's own: replaced, not followed, by the launcher's
+    j = parse_job(manifest)
+    assert j.overrides["metrics_port"] == 9100
+    worker = next(r for r in local.plan(j, tmp_path, metrics_port=9999, video=False) if r.name == "worker-0")
+    settings = [worker.argv[i + 1] for i, a in enumerate(worker.argv) if a == "--set"]
+    assert [s for s in settings if s.startswith(("metrics_port=", "video_episodes="))] == [
+        "metrics_port=9999",
+        "video_episodes=0",
+    ]
+    assert worker.argv[worker.argv.index("--logdir") + 1] == str(tmp_path)
+    assert worker.env["AGENTS_LOGDIR"] == str(tmp_path)

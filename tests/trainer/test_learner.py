@@ -1,7 +1,10 @@
 """The learner graph: numpy actor == TF graph, counters, KL penalty, save/restore, checkpoint fallback."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
@@ -75,19 +78,25 @@ def test_kl_penalty_coefficient_adapts():
         learner.close()
 
 
+def _restore_in_a_new_learner(logdir):
+    """The state of `logdir`'s only checkpoint, written after one iteration of 32 steps, restored."""
+    learner = Learner(_config(), OBS, ACT)
+    try:
+        restored, path = checkpoints.restore_latest(learner, logdir)
+    finally:
+        learner.close()
+    assert path.name == "ckpt-00000001"
+    assert (restored.global_step, restored.env_steps, restored.iterations) == (1, 32, 1)
+    return restored
+
+
 def test_checkpoint_round_trip_restores_weights_counters_and_statistics(learner, tmp_path):
     state = learner.initialize()
     batch = _batch(state)
     learner.update(batch, np.random.default_rng(0))
     saved, _ = learner.finish_iteration(batch, 32, Moments.of(np.full((7, OBS), 2.0)), Moments.of(np.ones(3)))
     checkpoints.save(learner, tmp_path, saved.iterations)
-    other = Learner(_config(), OBS, ACT)
-    try:
-        restored, path = checkpoints.restore_latest(other, tmp_path)
-    finally:
-        other.close()
-    assert path.name == "ckpt-00000001"
-    assert (restored.global_step, restored.env_steps, restored.iterations) == (1, 32, 1)
+    restored = _restore_in_a_new_learner(tmp_path)
     np.testing.assert_array_equal(restored.observation_moments.sum, saved.observation_moments.sum)
     assert restored.return_moments.count == 3
     np.testing.assert_array_equal(restored.policy.policy[0][0], saved.policy.policy[0][0])
@@ -160,3 +169,15 @@ def test_a_checkpoint_of_other_network_settings_names_the_variable_and_both_shap
 
 def test_no_checkpoint_means_a_fresh_start(learner, tmp_path):
     assert checkpoints.restore_latest(learner, tmp_path) is None
+
+
+def test_a_checkpoint_of_an_earlier_version_restores():
+    """Checkpoints hold the shared state only, under the same names whatever the update's graph looks like:
+    `data/run-63ecbcd` was written by that commit (one update per session run per minibatch) after one
+    iteration of this file's `_config` with a batch as `_batch` makes it."""
+    run = Path(__file__).parent / "data" / "run-63ecbcd"
+    saved = tf.compat.v1.train.NewCheckpointReader(str(run / "checkpoints" / "ckpt-00000001" / "model"))
+    restored = _restore_in_a_new_learner(run)
+    assert restored.observation_moments.count == 7
+    np.testing.assert_array_equal(restored.policy.log_std, saved.get_tensor("policy/log_std"))
+    np.testing.assert_array_equal(restored.policy.value[0][0], saved.get_tensor("value/dense0/kernel"))

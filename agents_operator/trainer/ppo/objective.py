@@ -15,6 +15,9 @@ import tensorflow as tf
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.ppo import losses
 
+METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+"""The names of `Objective.metrics`, as logged."""
+
 ADVANTAGE_EPSILON = 1e-8
 """Added to the advantages' std when they are standardised, so a minibatch of equal advantages stays finite."""
 
@@ -26,7 +29,7 @@ class Objective:
     kl: tf.Tensor
     """(batch,): the exact KL(pi_old || pi) of each sample, which adapts the KL penalty once per iteration."""
     metrics: dict[str, tf.Tensor]
-    """Scalars by name, as logged: policy_loss, value_loss, entropy, approx_kl, clipfrac."""
+    """Scalars by name (`METRICS`), as logged."""
 
 
 def ppo_objective(
@@ -57,11 +60,5 @@ def ppo_objective(
     return Objective(
         loss=pg_loss + config.value_coef * v_loss - config.entropy_coef * entropy,
         kl=kl,
-        metrics={
-            "policy_loss": pg_loss,
-            "value_loss": v_loss,
-            "entropy": entropy,
-            "approx_kl": losses.approx_kl(log_ratio),
-            "clipfrac": clipfrac,
-        },
+        metrics=dict(zip(METRICS, (pg_loss, v_loss, entropy, losses.approx_kl(log_ratio), clipfrac), strict=True)),
     )
