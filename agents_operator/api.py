@@ -449,6 +449,14 @@ class Progress(CamelModel):
     updated_at: str | None = Field(None, description="When the chief's metrics were read.")
 
 
+class ExportStatus(CamelModel):
+    path: str = Field(
+        description="Directory of the exported policy (a TensorFlow SavedModel and policy.json) on the claim: "
+        "<storage.path>/<job name>/exported."
+    )
+    claim_name: str = Field(description="The PersistentVolumeClaim (spec.storage) that holds it.")
+
+
 class AgentsJobStatus(CamelModel):
     state: ConditionType | None = Field(None, description="The latest condition that is True.")
     conditions: list[Condition] = Field(default_factory=list, description="The job's lifecycle, one entry per type.")
@@ -462,6 +470,11 @@ class AgentsJobStatus(CamelModel):
     progress: Progress | None = Field(None, description="Training progress read from the chief's /metrics.")
     tensorboard_url: str | None = Field(
         None, alias="tensorboardURL", description="In-cluster URL of the job's TensorBoard, when enabled."
+    )
+    export: ExportStatus | None = Field(
+        None,
+        description="The final policy the chief exported, set when the job succeeded with spec.trainer.export "
+        "on (the default) and the run directory on a claim (with emptyDir it is lost with the chief's pod).",
     )
 
 

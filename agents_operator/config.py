@@ -129,6 +129,11 @@ class TrainerConfig(BaseModel):
     video_episodes: int = Field(
         1, ge=0, le=100, description="Episodes of the final policy the chief renders to videos/final.gif; 0: none."
     )
+    export: bool = Field(
+        True,
+        description="At the end the chief writes the final policy to exported/ in the run directory: a TensorFlow "
+        "SavedModel with signatures act and sample, and policy.json (docs/export.md).",
+    )
     metrics_port: int = Field(
         9090, ge=0, le=65535, description="Port of the chief's Prometheus /metrics endpoint; 0 disables it."
     )
@@ -183,12 +188,13 @@ CHANGEABLE_ON_RESUME = frozenset(
         "eval_every",
         "eval_episodes",
         "video_episodes",
+        "export",
         "metrics_port",
         "threads",
     }
 )
 """Fields of `TrainerConfig` that a resumed run may be given with another value than its saved config's:
-they decide how long it trains and what it reports (evaluations, video, metrics, checkpoints) or how fast,
+they decide how long it trains and what it reports (evaluations, video, export, metrics, checkpoints) or how fast,
 not what an update does with the same data. Every other field changes learning, and `--resume` refuses it."""
 
 

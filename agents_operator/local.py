@@ -33,7 +33,7 @@ from typing import TextIO
 
 import yaml
 
-from agents_operator import launch, localreport, naming, reconcile, render, sandbox, scrape, status, tfconfig
+from agents_operator import exported, launch, localreport, naming, reconcile, render, sandbox, scrape, status, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.launch import Launch
 from agents_operator.reconcile import conditions, rules
@@ -554,8 +554,10 @@ def _closing_lines(launcher: Launcher, outcome: rules.Outcome | None) -> list[st
     elif not error:  # a failure that says why needs no guess at it
         lines.append("  no progress was reported (the chief's /metrics never answered)")
     lines.append(f"  run directory: {logdir}  (logs and the job's status in {logdir / rundir.LOGS})")
-    video = logdir / rundir.VIDEO
+    video, export = logdir / rundir.VIDEO, logdir / exported.DIRECTORY / exported.METADATA
     succeeded = outcome is not None and outcome.succeeded
     if succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
         lines.append(f"  video: {video}")
+    if succeeded and export.exists() and export.stat().st_mtime >= launcher.since:
+        lines.append(f"  exported policy: {export.parent}  (agents-operator evaluate --model {export.parent})")
     return lines

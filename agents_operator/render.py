@@ -10,8 +10,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from agents_operator import launch, naming, podsecurity, tfconfig, topology
-from agents_operator.api import AgentsJob
+from agents_operator import exported, launch, naming, podsecurity, tfconfig, topology
+from agents_operator.api import AgentsJob, ExportStatus
 from agents_operator.launch import Launch
 from agents_operator.topology import EnvServerShare
 
@@ -428,6 +428,15 @@ def network_policy(job: AgentsJob, options: RenderOptions | None = None) -> dict
         "metadata": _metadata(job, naming.network_policy_name(job.name), naming.job_selector(job.name)),
         "spec": {"podSelector": replicas, "policyTypes": ["Ingress"], "ingress": ingress},
     }
+
+
+def export_status(job: AgentsJob) -> ExportStatus | None:
+    """Where the chief of a job that succeeded left its exported policy, when it outlives the pods: with
+    `export` on and the run directory on a claim (an emptyDir goes with the chief's pod)."""
+    claim = job.spec.storage.persistent_volume_claim
+    if not job.config.export or claim is None:
+        return None
+    return ExportStatus(path=f"{run_dir(job)}/{exported.DIRECTORY}", claim_name=claim.claim_name)
 
 
 def tensorboard_url(job: AgentsJob) -> str | None:

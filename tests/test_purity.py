@@ -19,6 +19,7 @@ PURE = [
     "yamlload",
     "status",
     "reconcile",
+    "exported",
     "reconcile.actions",
     "reconcile.rules",
     "reconcile.conditions",

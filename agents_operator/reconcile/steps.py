@@ -204,6 +204,8 @@ def _end(b: _Builder, j: _Job, outcome: rules.Outcome) -> act.Plan:
     """The job succeeded or failed: its conditions say so, cleanup runs, the TTL starts."""
     b.conditions.end(outcome)
     b.status.completion_time = status.timestamp(b.now)
+    if outcome.succeeded:
+        b.status.export = render.export_status(j.spec)
     deadline = outcome.reason == rules.DEADLINE_EXCEEDED
     _cleanup(b, j, stop_running=deadline, why=outcome.condition.lower())
     b.status.replica_statuses = replica_statuses(j.spec, j.slots)

@@ -60,6 +60,16 @@ def list_checkpoints(logdir: Path) -> list[Path]:
     return [numbered[i] for i in sorted(numbered)]
 
 
+def number(path: Path) -> int:
+    """The iteration a checkpoint directory of `list_checkpoints` was saved at (`--checkpoint N`)."""
+    return int(path.name.removeprefix(_PREFIX))
+
+
+def restore(learner: Checkpointable[State], path: Path) -> State:
+    """Restore the checkpoint directory `path` (one of `list_checkpoints`); CheckpointError when it cannot be."""
+    return learner.restore(str(Path(path) / _MODEL))
+
+
 def save(learner: Checkpointable, logdir: Path, iteration: int) -> Path:
     """Save the learner's variables as checkpoint `iteration` and prune all but the newest KEEP."""
     root = directory(logdir)
@@ -87,7 +97,7 @@ def restore_latest(learner: Checkpointable[State], logdir: Path) -> tuple[State,
     failures: list[str] = []
     for path in reversed(candidates):
         try:
-            return learner.restore(str(path / _MODEL)), path
+            return restore(learner, path), path
         except CheckpointError as failure:
             log.warning("checkpoint %s cannot be restored (%s); trying the previous one", path, failure)
             failures.append(f"{path.name}: {failure}")

@@ -1,4 +1,4 @@
-"""The trainer's sub-commands of `agents-operator`: train, visualize, plot, env-server.
+"""The trainer's sub-commands of `agents-operator`: train, visualize, evaluate, export, collect, plot, env-server.
 
 `register(subparsers)` adds them to the main CLI. Heavy imports (TensorFlow, gymnasium, matplotlib)
 happen inside the commands, so `agents-operator --help` stays fast. Mistakes a user can make (an unknown
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import logging
 import os
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from agents_operator import naming, presets, tfconfig
+from agents_operator import exported, naming, presets, tfconfig
 from agents_operator.config import TrainerConfig, describe, field_name
 from agents_operator.trainer import checkpoints, rundir
 from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
@@ -64,19 +66,60 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     visualize = subparsers.add_parser(
         "visualize",
-        help="render a run's latest policy to a GIF or MP4",
-        description="Render episodes of the latest checkpoint's deterministic policy, headless, here or "
-        "by an env server.",
+        help="render a run's latest policy, or an exported one, to a GIF or MP4",
+        description="Render episodes of the deterministic policy of a run's latest checkpoint (--logdir) or of "
+        "an exported policy (--model), headless, here or by an env server.",
     )
-    visualize.add_argument("--logdir", required=True, type=Path, help="run directory")
+    _policy_source(visualize)
     visualize.add_argument("--out", required=True, type=Path, help="output file, .gif or .mp4")
     visualize.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
-    visualize.add_argument(
-        "--env-server",
-        metavar="HOST:PORT",
-        help="play and render the episodes on this env server (serving the run's environment), not here",
-    )
+    _env_server_option(visualize, "play and render the episodes on this env server (serving the policy's environment)")
     visualize.set_defaults(func=_reporting("visualize", run_visualize))
+
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        help="score a run's latest policy, or an exported one, over deterministic episodes",
+        description="Play --episodes episodes of the deterministic policy, episode i seeded --seed + i, and "
+        'print one JSON line: {"policy", "episodes", "seed", "mean", "std", "returns", "lengths"}.',
+    )
+    _policy_source(evaluate)
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    evaluate.add_argument(
+        "--seed", type=int, help="seed of the first episode (default: the trainer's evaluation seeds of the policy)"
+    )
+    _env_server_option(evaluate, "play the episodes on this env server (serving the policy's environment), not here")
+    evaluate.set_defaults(func=_reporting("evaluate", run_evaluate))
+
+    export = subparsers.add_parser(
+        "export",
+        help="write a run's policy as a TensorFlow SavedModel",
+        description="Write the policy of a checkpoint of the run in --logdir to --out: a TensorFlow SavedModel "
+        "with the observation normaliser built in and the signatures act (observations -> deterministic actions, "
+        "clipped to the action bounds) and sample (observations, seed -> actions, log_probs), and policy.json "
+        "beside it (environment, spaces, preset, step, evaluation return). See docs/export.md.",
+    )
+    export.add_argument("--logdir", required=True, type=Path, help="run directory")
+    export.add_argument("--checkpoint", type=int, metavar="N", help="checkpoint ckpt-N (default: the latest)")
+    export.add_argument("--out", required=True, type=Path, help="directory to write; must not exist")
+    export.add_argument("--replace", action="store_true", help="replace --out if it exists")
+    export.set_defaults(func=_reporting("export", run_export))
+
+    collect = subparsers.add_parser(
+        "collect",
+        help="drive env servers with an exported policy and save the trajectories",
+        description="Send an exported policy to env servers, which reset their environments and step them "
+        "--steps times acting with it (sampling, the noise drawn from --seed), as the trainer's rollout mode "
+        "does; write the trajectories to --out (.npz: observations, actions, log_probs, means, values, rewards, "
+        "terminated, truncated and the episodes that ended, time-major). See docs/export.md.",
+    )
+    collect.add_argument("--model", required=True, type=Path, metavar="DIR", help="exported policy")
+    collect.add_argument(
+        "--env-server", required=True, action="append", metavar="HOST:PORT", help="env server; repeatable"
+    )
+    collect.add_argument("--steps", type=int, default=1000, help="steps per environment (default 1000)")
+    collect.add_argument("--seed", type=int, default=0, help="seed of the sampling noise (default 0)")
+    collect.add_argument("--out", required=True, type=Path, help="output file, .npz; must not exist")
+    collect.set_defaults(func=_reporting("collect", run_collect))
 
     plot = subparsers.add_parser(
         "plot",
@@ -105,13 +148,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     env_server.set_defaults(func=_reporting("env-server", run_env_server))
 
 
+def _policy_source(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--logdir", type=Path, help="run directory: play its latest checkpoint")
+    source.add_argument("--model", type=Path, metavar="DIR", help="exported policy (agents-operator export)")
+
+
+def _env_server_option(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--env-server", metavar="HOST:PORT", help=text)
+
+
 def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`command` with a UsageError (exit code 2) or a CheckpointError (exit code 1) as one line on stderr."""
+    """`command` with a UsageError or an ExportError (exit code 2) or a CheckpointError (exit code 1) as one
+    line on stderr."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except UsageError as error:
+            print(f"agents-operator {name}: error: {error}", file=sys.stderr)
+            return USAGE_ERROR
+        except exported.ExportError as error:
             print(f"agents-operator {name}: error: {error}", file=sys.stderr)
             return USAGE_ERROR
         except checkpoints.CheckpointError as error:
@@ -146,30 +203,120 @@ def run_train(args: argparse.Namespace) -> int:
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
     bind = tfconfig.bind_host(os.environ)
-    result = loop.train(config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind)
+    result = loop.train(
+        config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind, preset=args.config
+    )
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 
 
 def run_visualize(args: argparse.Namespace) -> int:
-    config = _saved_config(args.logdir)
     if args.out.suffix not in (".gif", ".mp4"):
         raise UsageError(f"--out {args.out}: the file name must end in .gif or .mp4")
     if args.episodes < 1:
         raise UsageError("--episodes must be at least 1")
-    if not checkpoints.list_checkpoints(args.logdir):
-        raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
     if args.out.suffix == ".mp4" and not _importable("imageio_ffmpeg"):
         raise UsageError("writing .mp4 needs the imageio-ffmpeg package; write a .gif instead")
-    if args.env_server is not None:
-        _check_env_server(args.env_server, config.env_id)
+    config = _check_policy_source(args)
     _quiet_tensorflow()
     from agents_operator.trainer import visualize
 
-    returns, checkpoint = visualize.render(config, args.logdir, args.out, args.episodes, args.env_server)
+    if config is None:
+        returns = visualize.render_model(args.model, args.out, args.episodes, args.env_server)
+        played = str(args.model)
+    else:
+        returns, played = visualize.render(config, args.logdir, args.out, args.episodes, args.env_server)
     shown = ", ".join(f"{r:.1f}" for r in returns)
-    print(f"wrote {args.out}: {len(returns)} episode(s) of {checkpoint.name}, returns {shown}")
+    print(f"wrote {args.out}: {len(returns)} episode(s) of {played}, returns {shown}")
     return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise UsageError("--episodes must be at least 1")
+    if args.seed is not None and args.seed < 0:
+        raise UsageError("--seed must be at least 0")
+    config = _check_policy_source(args)
+    _quiet_tensorflow()
+    from agents_operator.trainer import playback
+
+    if config is None:
+        player = playback.of_model(args.model, args.env_server)
+    else:
+        player = playback.of_run(config, args.logdir, args.env_server)
+    with player as played:
+        seed = played.seed if args.seed is None else args.seed
+        returns, lengths = played.play(args.episodes, seed)
+        name = played.name
+    result = {"policy": name, "episodes": args.episodes, "seed": seed, "mean": statistics.fmean(returns)}
+    result.update(std=statistics.pstdev(returns), returns=returns, lengths=lengths)
+    print(json.dumps(result))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    config = _saved_config(args.logdir)
+    if args.checkpoint is not None and args.checkpoint < 0:
+        raise UsageError("--checkpoint must be at least 0")
+    if not checkpoints.list_checkpoints(args.logdir):
+        raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
+    if args.out.exists() and not args.replace:
+        raise UsageError(f"--out {args.out}: already exists; pass --replace to replace it, or choose another")
+    _check_env_id(config.env_id)
+    _quiet_tensorflow()
+    from agents_operator.trainer import export
+
+    preset = rundir.load_preset(args.logdir)
+    metadata = export.export_run(config, args.logdir, args.out, args.checkpoint, preset, args.replace)
+    evaluation = metadata.evaluation
+    print(
+        f"wrote {args.out}: {metadata.checkpoint} ({metadata.env_steps} env steps), evaluation return "
+        f"{evaluation.mean_return:.1f} over {evaluation.episodes} episode(s)"
+    )
+    return 0
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if args.seed < 0:
+        raise UsageError("--seed must be at least 0")
+    if args.out.suffix != ".npz":
+        raise UsageError(f"--out {args.out}: the file name must end in .npz")
+    if args.out.exists():
+        raise UsageError(f"--out {args.out}: already exists; choose another file")
+    env_id = exported.read_metadata(args.model).env_id
+    for address in args.env_server:
+        _check_env_server(address, env_id)
+    _quiet_tensorflow()
+    import numpy as np
+
+    from agents_operator.trainer import playback
+
+    rollout = playback.collect(args.model, args.env_server, args.steps, args.seed)
+    np.savez(args.out, **rollout.to_message())
+    returns = rollout.episode_returns
+    ended = f", mean return {returns.mean():.1f}" if len(returns) else ""
+    envs = rollout.rewards.shape[1]
+    print(f"wrote {args.out}: {args.steps} steps of {envs} environment(s), {len(returns)} episode(s) ended{ended}")
+    return 0
+
+
+def _check_policy_source(args: argparse.Namespace) -> TrainerConfig | None:
+    """Check --logdir (the run's config, returned) or --model (None), and --env-server, before anything heavy."""
+    if args.model is not None:
+        env_id = exported.read_metadata(args.model).env_id
+        config = None
+    else:
+        config = _saved_config(args.logdir)
+        if not checkpoints.list_checkpoints(args.logdir):
+            raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
+        env_id = config.env_id
+    if args.env_server is not None:
+        _check_env_server(args.env_server, env_id)
+    else:
+        _check_env_id(env_id)
+    return config
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -314,3 +461,4 @@ def _quiet_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.WARNING)  # e.g. how a SavedModel names its captured inputs

@@ -4,7 +4,8 @@ Per iteration: `rollout_steps` steps of all `envs_per_worker` environments; GAE 
 `minibatches` Adam steps; one `finish_iteration` session run that counts the steps, pushes the normaliser
 sums and reads the new weights back for acting. Then summaries, metrics, progress, and every
 `eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
-shared env-step counter reaches `total_steps`; a final checkpoint (and evaluation) closes the run.
+shared env-step counter reaches `total_steps`; a final checkpoint (and evaluation) closes the run, and the
+chief exports the final policy (`export`) and renders its video.
 
 The environments are the worker's own subprocesses (`BatchEnv`) or, with `env_servers`, those of env
 servers (`RemoteBatchEnv`, sampled per step or per rollout); the chief then also evaluates and renders its
@@ -21,14 +22,15 @@ from typing import TextIO
 
 import numpy as np
 
-from agents_operator import topology
+from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
-from agents_operator.trainer import checkpoints, distributed, rundir, visualize
+from agents_operator.trainer import checkpoints, distributed, export, rundir, visualize
 from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.remote import RemoteBatchEnv
+from agents_operator.trainer.export import Episodes
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.normalize import Normalizer
@@ -62,13 +64,15 @@ def train(
     cluster: distributed.Cluster | None = None,
     env_servers: EnvServers | None = None,
     metrics_host: str = "",
+    preset: str | None = None,
 ) -> RunResult:
     """Train (or continue training) in `logdir` until `total_steps`; see the module docstring.
 
     With a `cluster` this process is one worker of a parameter-server job: the shared variables live on
     the ps tasks, and only the chief writes config.yaml, checkpoints, summaries, evaluations and metrics.
     With `env_servers` the environments are theirs (see the module docstring). The chief's /metrics
-    listens on `metrics_host`, or on every interface when it is empty.
+    listens on `metrics_host`, or on every interface when it is empty. `preset` (the one the run was
+    started from, when known) is recorded in the run directory for its export.
     """
     started = time.monotonic()
     logdir = Path(logdir)
@@ -76,6 +80,8 @@ def train(
     worker = cluster.tf_config.task_index if cluster else 0
     if chief:
         rundir.write_config(logdir, config)
+        if preset is not None:
+            rundir.write_preset(logdir, preset)
     with contextlib.ExitStack() as stack:
         batch_env = stack.enter_context(_batch_env(config, worker, env_servers))
         target = ""
@@ -150,6 +156,8 @@ def train(
         if chief:
             outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
             rundir.write_summary(logdir, _summary(state, result))
+            if config.export:
+                _export(config, logdir, state, episodes, outputs.progress)
         if chief and config.video_episodes:
             _final_video(config, logdir, outputs.progress, env_servers.addresses[0] if env_servers else None)
         result.env_steps, result.iterations = state.env_steps, state.iterations
@@ -199,6 +207,14 @@ def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
     if result.evaluations:
         summary["eval_mean_return"] = result.evaluations[-1][1]
     return summary
+
+
+def _export(config: TrainerConfig, logdir: Path, state: LearnerState, source: Episodes, progress: Progress) -> None:
+    """Write the final policy to exported/ (replacing the one of an earlier end of this run)."""
+    out = logdir / exported.DIRECTORY
+    checkpoint = checkpoints.list_checkpoints(logdir)[-1]
+    metadata = export.export_state(out, config, state, checkpoint, source, rundir.load_preset(logdir), replace=True)
+    progress.note(f"exported {out}: {checkpoint.name}, evaluation return {metadata.evaluation.mean_return:.1f}")
 
 
 def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:

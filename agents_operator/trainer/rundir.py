@@ -13,9 +13,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from agents_operator import exported
 from agents_operator.config import CHANGEABLE_ON_RESUME, TrainerConfig, describe
 
 CONFIG_FILE = "config.yaml"
+PRESET_FILE = "preset"
+"""The name of the preset the run was started from (one line), when the trainer was given one: `export`
+records it."""
 VIDEO = "videos/final.gif"
 """Where the chief renders the final policy (`video_episodes`)."""
 SUMMARY_FILE = "summary.yaml"
@@ -26,7 +30,16 @@ EVENTS = "events.out.tfevents.*"
 """TensorBoard's event files (the pattern of their names)."""
 LOGS = "logs"
 """Replica logs, written by `agents-operator local` only."""
-LAYOUT = (CONFIG_FILE, f"{CHECKPOINTS}/", EVENTS, SUMMARY_FILE, VIDEO, f"{LOGS}/")
+LAYOUT = (
+    CONFIG_FILE,
+    PRESET_FILE,
+    f"{CHECKPOINTS}/",
+    EVENTS,
+    SUMMARY_FILE,
+    VIDEO,
+    f"{exported.DIRECTORY}/",
+    f"{LOGS}/",
+)
 """Everything a run directory may hold; docs/architecture.md describes each (tests/test_docs.py checks)."""
 
 
@@ -62,6 +75,18 @@ def write_config(logdir: Path, config: TrainerConfig) -> None:
     logdir = Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     _write_atomic(logdir / CONFIG_FILE, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def write_preset(logdir: Path, preset: str) -> None:
+    _write_atomic(Path(logdir) / PRESET_FILE, f"{preset}\n")
+
+
+def load_preset(logdir: Path) -> str | None:
+    """The preset the run was started from; None when it was not recorded (or cannot be read)."""
+    try:
+        return (Path(logdir) / PRESET_FILE).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _write_atomic(path: Path, text: str) -> None:

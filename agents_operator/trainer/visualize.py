@@ -1,4 +1,4 @@
-"""Render the latest policy of a run to a GIF or MP4, headless.
+"""Render the latest policy of a run, or an exported policy, to a GIF or MP4, headless.
 
 The environment renders with render_mode="rgb_array" (PyBullet's software renderer; pygame surfaces
 for the classic-control tasks, no display needed). The policy acts deterministically with the run's
@@ -13,11 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import checkpoints
-from agents_operator.trainer.envs import remote
-from agents_operator.trainer.envs.episodes import LocalEpisodes
-from agents_operator.trainer.learner import Learner, vector_size
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer import playback
 
 FORMATS = (".gif", ".mp4")
 _DEFAULT_FPS = 30
@@ -63,26 +59,23 @@ class _Mp4:
 
 def render(
     config: TrainerConfig, logdir: Path, out: Path, episodes: int, env_server: str | None = None
-) -> tuple[list[float], Path]:
+) -> tuple[list[float], str]:
     """Write `episodes` episodes of the run's latest policy to `out`, played here or by the env server at
-    `env_server` (HOST:PORT); returns their returns and the checkpoint."""
-    if env_server is None:
-        source = LocalEpisodes(config.env_id, config.max_episode_steps, render=True)
-    else:
-        source = remote.connect([env_server], config.env_id)
-    with source:
-        learner = Learner(config, vector_size(source.observation_shape), vector_size(source.action_shape))
-        try:
-            restored = checkpoints.restore_latest(learner, logdir)
-            if restored is None:
-                raise FileNotFoundError(f"no checkpoint in {checkpoints.directory(logdir)}")
-            state, path = restored
-            observations = Normalizer(source.observation_shape, config.clip_observations, config.normalize_observations)
-            observations.shared = state.observation_moments
-            fps = source.render_fps or _DEFAULT_FPS
-            writer = _Gif(out, fps) if out.suffix == ".gif" else _Mp4(out, fps)
-            returns, _ = source.run_episodes(state.policy, observations, episodes, config.seed, on_frame=writer.add)
-            writer.close()
-            return returns, path
-        finally:
-            learner.close()
+    `env_server` (HOST:PORT); returns their returns and the checkpoint's name."""
+    with playback.of_run(config, logdir, env_server, render=True) as player:
+        return record(player, out, episodes, config.seed), player.name
+
+
+def render_model(directory: Path, out: Path, episodes: int, env_server: str | None = None) -> list[float]:
+    """`render` for an exported policy, from the first seed of its recorded evaluation."""
+    with playback.of_model(directory, env_server, render=True) as player:
+        return record(player, out, episodes, player.seed)
+
+
+def record(player: playback.Player, out: Path, episodes: int, seed: int) -> list[float]:
+    """Write the frames of `episodes` episodes of `player` (episode i seeded `seed` + i) to `out`."""
+    fps = player.source.render_fps or _DEFAULT_FPS
+    writer = _Gif(out, fps) if out.suffix == ".gif" else _Mp4(out, fps)
+    returns, _ = player.play(episodes, seed, on_frame=writer.add)
+    writer.close()
+    return returns

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents_operator import api, crd, naming
+from agents_operator import api, crd, naming, render
 from agents_operator.kube import ApiError, Kube
 from tests.crdtools import apply_defaults
 from tests.e2e import installs
@@ -154,6 +154,24 @@ def test_status_is_a_subresource_with_its_own_schema(kube, namespace, quiet):
     with pytest.raises(ApiError) as err:
         kube.request("PATCH", f"{path}/status", body={"status": {"restarts": -1}}, content_type=MERGE)
     assert err.value.status == 422 and names_field(err.value, "status.restarts")
+
+
+def test_the_status_names_an_export_as_the_operator_writes_it(kube, namespace, quiet):
+    """The operator's `status.export` of a job that succeeded (spec.trainer.export may turn it off)."""
+    path = f"{jobs_path(namespace)}/demo"
+    body = manifest()
+    body["spec"].setdefault("trainer", {})["export"] = False
+    assert kube.request("POST", jobs_path(namespace), body=body)["spec"]["trainer"]["export"] is False
+    claimed = manifest()
+    claimed["spec"]["storage"] = {"persistentVolumeClaim": {"claimName": "c"}}
+    export = render.export_status(api.parse_job(claimed))
+    written = kube.request(
+        "PATCH", f"{path}/status", body={"status": {"export": export.model_dump(by_alias=True)}}, content_type=MERGE
+    )
+    assert written["status"]["export"] == {"path": "/var/run/agents/demo/exported", "claimName": "c"}
+    with pytest.raises(ApiError) as err:
+        kube.request("PATCH", f"{path}/status", body={"status": {"export": {"claimName": None}}}, content_type=MERGE)
+    assert err.value.status == 422 and names_field(err.value, "status.export.claimName")
 
 
 def test_kubectl_get_aj_shows_the_columns(kube, namespace, quiet, kubectl):

@@ -91,6 +91,14 @@ def test_success_deletes_the_ps_and_running_workers(cluster):
     assert cluster.status()["replicaStatuses"]["worker"]["succeeded"] == 1
 
 
+def test_a_job_on_a_claim_that_succeeds_names_its_export(cluster):
+    cluster.started(claim="runs")
+    assert "export" not in cluster.status()
+    cluster.set_phase("pj-worker-0", "Succeeded", 0)
+    wait_for(lambda: cluster.state() == "Succeeded", 60, "Succeeded")
+    assert cluster.status()["export"] == {"path": "/var/run/agents/pj/exported", "claimName": "runs"}
+
+
 def test_suspend_and_resume(cluster, kube):
     cluster.started()
     kube.request(

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agents_operator import local, localreport, presets, status
+from agents_operator import exported, local, localreport, presets, status
 from agents_operator.reconcile import rules
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
@@ -158,6 +158,18 @@ def test_a_previous_runs_video_is_not_announced(tmp_path):
     assert f"  video: {video}" in local._closing_lines(launcher, done)
     os.utime(video, (launcher.since - 60, launcher.since - 60))
     assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))
+
+
+def test_the_export_of_this_run_is_announced_with_how_to_use_it(tmp_path):
+    launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
+    metadata = tmp_path / exported.DIRECTORY / exported.METADATA
+    metadata.parent.mkdir()
+    metadata.write_text("{}")
+    done = rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded")
+    line = f"  exported policy: {metadata.parent}  (agents-operator evaluate --model {metadata.parent})"
+    assert line in local._closing_lines(launcher, done)
+    os.utime(metadata, (launcher.since - 60, launcher.since - 60))  # a previous run's
+    assert not any(line.startswith("  exported policy:") for line in local._closing_lines(launcher, done))
 
 
 @pytest.mark.parametrize(

@@ -387,6 +387,35 @@ def test_tensorboard_stays_after_the_job_finishes():
     assert set(world.deployments) == {"pj-tensorboard"}
 
 
+@pytest.mark.parametrize(
+    ("claim", "trainer", "expected"),
+    [
+        ("runs", {}, {"path": "/var/run/agents/pj/exported", "claimName": "runs"}),
+        ("runs", {"export": False}, None),
+        (None, {}, None),  # emptyDir: the export goes with the chief's pod
+    ],
+)
+def test_a_job_that_succeeds_names_its_export_when_it_outlives_the_pods(claim, trainer, expected):
+    job = make_job(claim=claim)
+    job["spec"]["trainer"].update(trainer)
+    world = World(job)
+    world.started()
+    world.step()
+    assert "export" not in world.status
+    world.set_phase(world.pod("worker", 0), "Succeeded", exit_code=0)
+    world.settle()
+    assert world.status["state"] == "Succeeded"
+    assert world.status.get("export") == expected
+
+
+def test_a_job_that_fails_names_no_export():
+    world = World(make_job(restart="Never", claim="runs"))
+    world.started()
+    world.set_phase(world.pod("worker", 0), "Failed", exit_code=1)
+    world.settle()
+    assert world.status["state"] == "Failed" and "export" not in world.status
+
+
 # --- deadline and TTL ------------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ def make_job(
     uid: str | None = UID,
     job_status: dict | None = None,
     environments: dict | None = None,
+    claim: str | None = None,
 ) -> dict:
     specs: dict[str, Any] = {"worker": {"replicas": workers, "restartPolicy": restart}}
     if ps:
@@ -53,7 +54,9 @@ def make_job(
     if environments is not None:
         spec["environments"] = environments
     if tensorboard or evaluator:  # both read the run directory from a shared claim
-        spec["storage"] = {"persistentVolumeClaim": {"claimName": "runs"}}
+        claim = claim or "runs"
+    if claim:
+        spec["storage"] = {"persistentVolumeClaim": {"claimName": claim}}
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "generation": 1}
     if uid:
         meta["uid"] = uid

@@ -1,7 +1,8 @@
 """Whole episodes of the deterministic policy (the Gaussian's mean) on one environment: evaluations and videos.
 
 `run_episodes` plays them on an environment it is given (an env server's own, in `envserver.server`);
-`LocalEpisodes` on one of this process's, made on first use. `remote.RemoteBatchEnv.run_episodes` plays the same
+`LocalEpisodes` on one of this process's, made on first use. `play` runs any deterministic policy, such as an
+exported one (`agents_operator.policy`), the same way. `remote.RemoteBatchEnv.run_episodes` plays the same
 episodes on an env server.
 """
 
@@ -19,21 +20,28 @@ from agents_operator.trainer.envs.make import make_env
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
+Act = Callable[[np.ndarray], np.ndarray]
+"""A deterministic policy: one raw float32 observation -> the action to step with."""
+OnFrame = Callable[[np.ndarray], None] | None
+Played = tuple[list[float], list[int]]
+"""The returns and lengths of the episodes played."""
 
-def run_episodes(
-    env: gymnasium.Env,
-    policy: NumpyPolicy,
-    observations: Normalizer,
-    episodes: int,
-    seed: int,
-    on_frame: Callable[[np.ndarray], None] | None = None,
-) -> tuple[list[float], list[int]]:
-    """Returns and lengths of `episodes` episodes of the deterministic policy (the Gaussian's mean).
 
-    The normaliser is used as it is, without updating it. With `on_frame`, every rendered frame of an
-    env made with render_mode="rgb_array" is passed to it.
+def deterministic(policy: NumpyPolicy, observations: Normalizer, low: np.ndarray, high: np.ndarray) -> Act:
+    """The trainer's deterministic policy: the Gaussian's mean on the normalised observation, clipped to the
+    action bounds. The normaliser is used as it is, without updating it."""
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        return np.clip(policy.mean(observations.normalize(obs[None]))[0], low, high)
+
+    return act
+
+
+def play(env: gymnasium.Env, act: Act, episodes: int, seed: int, on_frame: OnFrame = None) -> Played:
+    """Returns and lengths of `episodes` episodes of `act`, episode i reset with seed `seed` + i.
+
+    With `on_frame`, every rendered frame of an env made with render_mode="rgb_array" is passed to it.
     """
-    low, high = env.action_space.low, env.action_space.high
     returns, lengths = [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -41,9 +49,7 @@ def run_episodes(
         while not done:
             if on_frame is not None:
                 on_frame(env.render())
-            normalized = observations.normalize(np.asarray(obs, dtype=np.float32)[None])
-            action = np.clip(policy.mean(normalized)[0], low, high)
-            obs, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, _ = env.step(act(np.asarray(obs, dtype=np.float32)))
             total += float(reward)
             length += 1
             done = terminated or truncated
@@ -52,6 +58,19 @@ def run_episodes(
         returns.append(total)
         lengths.append(length)
     return returns, lengths
+
+
+def run_episodes(
+    env: gymnasium.Env,
+    policy: NumpyPolicy,
+    observations: Normalizer,
+    episodes: int,
+    seed: int,
+    on_frame: OnFrame = None,
+) -> Played:
+    """`play` with the trainer's `deterministic` policy."""
+    act = deterministic(policy, observations, env.action_space.low, env.action_space.high)
+    return play(env, act, episodes, seed, on_frame)
 
 
 class LocalEpisodes:
@@ -85,18 +104,24 @@ class LocalEpisodes:
         return self.env.action_space.shape
 
     @property
+    def action_low(self) -> np.ndarray:
+        return self.env.action_space.low
+
+    @property
+    def action_high(self) -> np.ndarray:
+        return self.env.action_space.high
+
+    @property
     def render_fps(self) -> float | None:
         return self.env.metadata.get("render_fps")
 
     def run_episodes(
-        self,
-        policy: NumpyPolicy,
-        observations: Normalizer,
-        episodes: int,
-        seed: int,
-        on_frame: Callable[[np.ndarray], None] | None = None,
-    ) -> tuple[list[float], list[int]]:
+        self, policy: NumpyPolicy, observations: Normalizer, episodes: int, seed: int, on_frame: OnFrame = None
+    ) -> Played:
         return run_episodes(self.env, policy, observations, episodes, seed, on_frame)
+
+    def play(self, act: Act, episodes: int, seed: int, on_frame: OnFrame = None) -> Played:
+        return play(self.env, act, episodes, seed, on_frame)
 
     def close(self) -> None:
         """Close the environment, if it was made; the next use makes a fresh one."""

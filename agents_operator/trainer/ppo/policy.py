@@ -3,12 +3,22 @@
 The learner reads the weights of its TensorFlow networks (`networks`) into a `NumpyPolicy` once per update, so
 sampling an action costs a few small matmuls instead of a session run per environment step, and the processes
 that act (environment workers, env servers) never import TensorFlow.
+
+The deterministic action (`NumpyPolicy.mean`: evaluations, videos) is computed in float64 on the float32 weights
+and rounded to float32 once, at the output. In float32, every implementation rounds the sums of a matrix
+product in its own order (OpenBLAS differs from itself between one row and many, TensorFlow's kernels differ
+from both) and approximates tanh its own way, so two correct forward passes disagree in the last bits of most
+outputs. In float64 they differ by about 1e-16 relative, and the float32 results agree unless a value falls
+that close to a rounding boundary: an exported policy (`trainer.export`, in TensorFlow) acts bit for bit as
+the trainer evaluates (tests/trainer/test_export.py). Sampling (`act`) keeps the float32 forward pass, which
+costs half as much where acting is a large share of a step (Pendulum); its Gaussian means may differ from
+`mean` in the last bits, which changes nothing a rollout is used for.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +34,11 @@ def mlp_np(x: np.ndarray, layers: list[Layer], activation: str) -> np.ndarray:
     return x
 
 
+def mlp_rounded_once(x: np.ndarray, layers64: list[Layer], activation: str) -> np.ndarray:
+    """`mlp_np` in float64 with float64 `layers64`, rounded to float32 at the output (see the module docstring)."""
+    return mlp_np(np.asarray(x, np.float64), layers64, activation).astype(np.float32)
+
+
 @dataclass
 class NumpyPolicy:
     """A snapshot of the networks' weights that acts without TensorFlow."""
@@ -32,6 +47,11 @@ class NumpyPolicy:
     log_std: np.ndarray
     value: list[Layer]
     activation: str
+    _policy64: list[Layer] = field(init=False, repr=False, compare=False)
+    """The policy's weights in float64 (exactly: every float32 is a float64), for `mean`."""
+
+    def __post_init__(self) -> None:
+        self._policy64 = [(kernel.astype(np.float64), bias.astype(np.float64)) for kernel, bias in self.policy]
 
     @classmethod
     def from_values(cls, values: list[np.ndarray], num_policy_layers: int, activation: str) -> NumpyPolicy:
@@ -43,8 +63,9 @@ class NumpyPolicy:
         return cls(policy, values[split], value, activation)
 
     def mean(self, obs: np.ndarray) -> np.ndarray:
-        """The deterministic action (the Gaussian's mean, before clipping to the action bounds)."""
-        return mlp_np(obs, self.policy, self.activation)
+        """The deterministic action (the Gaussian's mean, before clipping to the action bounds), float32,
+        rounded once from float64 (see the module docstring)."""
+        return mlp_rounded_once(obs, self._policy64, self.activation)
 
     def value_of(self, obs: np.ndarray) -> np.ndarray:
         return mlp_np(obs, self.value, self.activation)[..., 0]
@@ -53,7 +74,7 @@ class NumpyPolicy:
         """Actions a ~ N(mean(obs), exp(log_std)^2) drawn as mean(obs) + exp(log_std) * noise from standard
         normal `noise`, their log-probabilities and the Gaussian means. Samplers draw a rollout's noise up
         front, so that where and in which order its rows are acted on does not change the actions."""
-        mean = self.mean(obs)
+        mean = mlp_np(obs, self.policy, self.activation)
         actions = mean + np.exp(self.log_std) * noise
         return actions, gaussian_log_prob_np(noise, self.log_std), mean
 
