@@ -182,11 +182,11 @@ def _add_local(sub: argparse._SubParsersAction) -> None:
         "local",
         help="run an AgentsJob on this machine, one process per replica",
         description="Run the job's replicas here with the commands and environment render gives their pods "
-        "(hosts mapped to free localhost ports). Env servers of a sidecar or remote placement run as "
-        "processes too, each on its own port. Per-replica logs go to LOGDIR/logs; restart policies and "
-        "backoffLimit are honoured; Ctrl-C stops every process, and the replicas end with the launcher however "
-        "it ends. The job runs in a network namespace whose only interface is loopback (Linux), so nothing it "
-        "serves is reachable from other machines. Exit 0 only when the job succeeded.",
+        "(hosts mapped to free localhost ports); env servers of a sidecar or remote placement too, each on a port "
+        "of its own. The lifecycle, its reasons and Events are the operator's; logs and the status it would write "
+        "go to LOGDIR/logs. Ctrl-C stops every process, and the replicas end with the launcher however it ends. "
+        "The job runs in a network namespace whose only interface is loopback (Linux), so nothing it serves is "
+        "reachable from other machines. Exit 0 only when the job succeeded.",
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest")
     p.add_argument("--logdir", help="run directory (default: runs/<job name>)")
