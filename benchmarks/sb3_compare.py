@@ -3,13 +3,15 @@
 For each task (`--tasks`, default Pendulum-v1 and HalfCheetahBulletEnv-v0), runs interleaved, `--rounds` times
 over: this trainer (`loop.train`, the task's preset), then SB3 PPO with the preset's hyperparameters
 (`sb3_identical`), then SB3 PPO with the rl-baselines3-zoo hyperparameters of the task (`sb3_zoo`). Each trains
-for `--steps` env steps (`--quick`: one update of the preset, a few thousand steps) and is then evaluated the
-same way: the trainer's `episodes.play`, `eval_episodes` episodes of the deterministic policy (the Gaussian's mean
-on the normalised observation, clipped to the action bounds) with the trainer's evaluation seeds, on an
-environment of the trainer's `make_env`. Reported per setting (medians over the rounds): end-to-end env steps/s
-(start-up included, the final evaluation not), the sampling and update seconds and their rates, the rest of the
-wall time (`other_s`: start-up, checkpoints), the evaluation return; and per task and SB3 setting the ratios
-ours / SB3 of the three rates (higher: ours faster) and the difference of the returns.
+for `--steps` env steps (`--quick`: one update of the preset, a few thousand steps; SB3 collects at least one
+rollout of its own setting, so its count may be larger, and every rate is of the steps actually taken) and is
+then evaluated the same way: the trainer's `episodes.play`, `eval_episodes` episodes of the deterministic
+policy (the Gaussian's mean on the normalised observation, clipped to the action bounds) with the trainer's
+evaluation seeds, on an environment of the trainer's `make_env`. Reported per setting (medians over the
+rounds): end-to-end env steps/s (start-up included, the final evaluation not), the sampling and update seconds
+and their rates, the rest of the wall time (`other_s`: start-up, checkpoints), the evaluation return; and per
+task and SB3 setting the ratios ours / SB3 of the three rates (higher: ours faster) and the difference of the
+returns.
 
 SB3 runs in a subprocess (`sb3_runner.py`) in its own venv, so this process never imports torch:
 `benchmarks/.venv-sb3` (git-ignored; `--venv` for another), created on first use or by `--setup`, with

@@ -65,6 +65,8 @@ def assert_learned(result: loop.RunResult) -> None:
     assert first < -1000 and last > first + 500, returns
     assert [steps for steps, _ in result.evaluations] == [20_480, 40_960]
     assert result.evaluations[-1][1] > -500, result.evaluations
+    assert len(result.update_seconds) == len(result.collect_seconds) == result.iterations
+    assert 0 < result.evaluation_seconds < result.wall_seconds - sum(result.update_seconds)
 
 
 def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
