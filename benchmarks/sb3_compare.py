@@ -137,8 +137,8 @@ UNMATCHED = {
     "kl_cutoff_coef": "used only by objective kl_penalty (refused)",
     "value_clip": "SB3's clip_range_vf takes the clipped value loss alone, the trainer the larger of clipped and "
     "unclipped: passed as clip_range_vf and listed under `differences` when set",
-    "envs_per_process": "SubprocVecEnv runs one process per environment; the trainer spreads them over one "
-    "process per usable CPU (the preset leaves it unset)",
+    "envs_per_process": "SubprocVecEnv runs one process per environment, the trainer envs_per_process per process "
+    "(unset: one process per usable CPU): listed under `differences`",
     "mode": "one worker: sync and async are the same run",
     "checkpoint_every": "outputs: the trainer checkpoints only at the end here, SB3 saves nothing",
     "eval_every": "outputs: both evaluate once, at the end",
