@@ -556,8 +556,8 @@ def _closing_lines(launcher: Launcher, outcome: rules.Outcome | None) -> list[st
     lines.append(f"  run directory: {logdir}  (logs and the job's status in {logdir / rundir.LOGS})")
     video, export = logdir / rundir.VIDEO, logdir / exported.DIRECTORY / exported.METADATA
     succeeded = outcome is not None and outcome.succeeded
-    if succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
+    if succeeded and rundir.written_since(video, launcher.since):  # not a previous run's
         lines.append(f"  video: {video}")
-    if succeeded and export.exists() and export.stat().st_mtime >= launcher.since:
+    if succeeded and rundir.written_since(export, launcher.since):
         lines.append(f"  exported policy: {export.parent}  (agents-operator evaluate --model {export.parent})")
     return lines

@@ -1,11 +1,33 @@
-"""Settings for the whole suite."""
+"""Settings for the whole suite: how `make test` spreads it over pytest-xdist workers."""
 
 import os
 
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
 MAX_WORKERS = 4
-"""`make test` runs the suite on up to this many pytest-xdist workers (`-n auto`): each may start a job's
-replicas and their environment processes, so more workers than cores only adds contention."""
+"""`make test` runs the suite on up to this many workers (`-n auto`): each may start a job's replicas and
+their environment processes, so more workers than cores only adds contention."""
+E2E = "tests/e2e/"
 
 
+@pytest.hookimpl(optionalhook=True)  # defined by pytest-xdist: `-p no:xdist` runs without it
 def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+class OneClusterScheduling(LoadScopeScheduling):
+    """Each test goes to whichever worker is free, except the e2e tests: one worker runs them all, in order.
+    They share one cluster, one chart install and the operator of the session, which listens on fixed ports
+    (and some start operators of their own before it starts).
+
+    Grouping by mark (`--dist loadgroup`) does not work with pytest 9.2, whose node ids xdist 3.8 cannot
+    rename, so the grouping is by path here."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return E2E if nodeid.startswith(E2E) else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return OneClusterScheduling(config, log)

@@ -99,13 +99,27 @@ def write_summary(logdir: Path, summary: dict[str, float]) -> None:
     _write_atomic(Path(logdir) / SUMMARY_FILE, yaml.safe_dump(summary, sort_keys=False))
 
 
+FILE_CLOCK_SLACK = 0.1
+"""Seconds: a file's time comes from the kernel's coarse clock, up to a tick behind `time.time()`, so a file
+written just after a run started may carry an earlier time than the run's start."""
+
+
+def written_since(path: Path, since: float) -> bool:
+    """Whether `path` exists and was last written at or after wall time `since`: by this run, not a previous
+    one."""
+    try:
+        return Path(path).stat().st_mtime >= since - FILE_CLOCK_SLACK
+    except OSError:
+        return False
+
+
 def load_summary(logdir: Path, since: float = 0.0) -> dict[str, float] | None:
     """The chief's final record when it was written at or after wall time `since` (an older one is a
     previous run's), else None; a record that cannot be read counts as none."""
     path = Path(logdir) / SUMMARY_FILE
+    if not written_since(path, since):
+        return None
     try:
-        if path.stat().st_mtime < since:
-            return None
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
         return None
