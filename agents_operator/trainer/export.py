@@ -26,7 +26,7 @@ import tensorflow as tf
 from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
-from agents_operator.trainer.envs.episodes import LocalEpisodes
+from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import Layer, NumpyPolicy
@@ -36,7 +36,8 @@ _ACTIVATIONS = {"tanh": tf.tanh, "relu": tf.nn.relu}
 
 
 class Episodes(Protocol):
-    """Where an export's evaluation plays: `LocalEpisodes` or a `RemoteBatchEnv` (the chief with env servers)."""
+    """Where an export's evaluation plays: a `BatchEnv`'s worker processes or a `RemoteBatchEnv`'s first env
+    server."""
 
     observation_shape: tuple[int, ...]
     action_shape: tuple[int, ...]
@@ -211,7 +212,7 @@ def export_run(
     if not chosen:
         numbers = ", ".join(str(checkpoints.number(path)) for path in found) or "none"
         raise exported.ExportError(f"--checkpoint {number}: no such checkpoint in {logdir} (there are: {numbers})")
-    with LocalEpisodes(config.env_id, config.max_episode_steps) as source:
+    with BatchEnv.for_episodes(config.env_id, config.max_episode_steps, config.eval_episodes) as source:
         learner = Learner(config, vector_size(source.observation_shape), vector_size(source.action_shape))
         try:
             state = checkpoints.restore(learner, chosen[-1])

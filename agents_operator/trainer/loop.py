@@ -8,8 +8,9 @@ shared env-step counter reaches `total_steps`; a final checkpoint (and evaluatio
 chief exports the final policy (`export`) and renders its video.
 
 The environments are the worker's own subprocesses (`BatchEnv`) or, with `env_servers`, those of env
-servers (`RemoteBatchEnv`, sampled per step or per rollout); the chief then also evaluates and renders its
-final video on the first server, so the trainer needs no simulator.
+servers (`RemoteBatchEnv`, sampled per step or per rollout). The chief's evaluations play on them too: spread
+over the worker subprocesses, or on the first env server, which also renders the final video, so that the
+trainer needs no simulator.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer import checkpoints, distributed, export, rundir, visualize
 from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
-from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.remote import RemoteBatchEnv
 from agents_operator.trainer.export import Episodes
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
@@ -92,10 +92,7 @@ def train(
         obs_dim, act_dim = vector_size(batch_env.observation_shape), vector_size(batch_env.action_shape)
         learner = Learner(config, obs_dim, act_dim, cluster, target)
         stack.callback(learner.close)
-        episodes = (
-            batch_env if env_servers else stack.enter_context(LocalEpisodes(config.env_id, config.max_episode_steps))
-        )
-        outputs = _Outputs(config, logdir, stream, episodes, chief, metrics_host)
+        outputs = _Outputs(config, logdir, stream, batch_env, chief, metrics_host)
         stack.callback(outputs.close)
 
         def initialize() -> LearnerState:
@@ -157,7 +154,7 @@ def train(
             outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
             rundir.write_summary(logdir, _summary(state, result))
             if config.export:
-                _export(config, logdir, state, episodes, outputs.progress)
+                _export(config, logdir, state, batch_env, outputs.progress)
         if chief and config.video_episodes:
             _final_video(config, logdir, outputs.progress, env_servers.addresses[0] if env_servers else None)
         result.env_steps, result.iterations = state.env_steps, state.iterations
@@ -262,7 +259,7 @@ class _Outputs:
         config: TrainerConfig,
         logdir: Path,
         stream: TextIO | None,
-        episodes: LocalEpisodes | RemoteBatchEnv,
+        episodes: BatchEnv | RemoteBatchEnv,
         chief: bool = True,
         metrics_host: str = "",
     ):

@@ -62,13 +62,13 @@ def render(
 ) -> tuple[list[float], str]:
     """Write `episodes` episodes of the run's latest policy to `out`, played here or by the env server at
     `env_server` (HOST:PORT); returns their returns and the checkpoint's name."""
-    with playback.of_run(config, logdir, env_server, render=True) as player:
+    with playback.of_run(config, logdir, env_server, episodes, render=True) as player:
         return record(player, out, episodes, config.seed), player.name
 
 
 def render_model(directory: Path, out: Path, episodes: int, env_server: str | None = None) -> list[float]:
     """`render` for an exported policy, from the first seed of its recorded evaluation."""
-    with playback.of_model(directory, env_server, render=True) as player:
+    with playback.of_model(directory, env_server, episodes, render=True) as player:
         return record(player, out, episodes, player.seed)
 
 
