@@ -4,8 +4,8 @@ Per iteration: `rollout_steps` steps of all `envs_per_worker` environments; GAE 
 `minibatches` Adam steps; one `finish_iteration` session run that counts the steps, pushes the normaliser
 sums and reads the new weights back for acting. Then summaries, metrics, progress, and every
 `eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
-shared env-step counter reaches `total_steps`; a final checkpoint (and evaluation) closes the run, and the
-chief exports the final policy (`export`) and renders its video.
+shared env-step counter reaches `total_steps`; a final checkpoint closes the run, then the chief evaluates the
+final policy and renders its video in one pass (`final`), and exports it (`export`) with that evaluation.
 
 The environments are the worker's own subprocesses (`BatchEnv`) or, with `env_servers`, those of env
 servers (`RemoteBatchEnv`, sampled per step or per rollout). The chief's evaluations play on them too: spread
@@ -26,7 +26,7 @@ import numpy as np
 from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
-from agents_operator.trainer import checkpoints, distributed, export, rundir, visualize
+from agents_operator.trainer import checkpoints, distributed, export, final, rundir
 from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.remote import RemoteBatchEnv
@@ -135,7 +135,7 @@ def train(
             result.sampling_steps += len(batch)
             result.collect_seconds.append(sampled - begin)
             done = _finished(state, config, cluster)
-            if chief and config.eval_every and (state.iterations % config.eval_every == 0 or done):
+            if chief and config.eval_every and state.iterations % config.eval_every == 0 and not done:
                 outputs.evaluate(state, env.observations)
             if chief and (state.iterations % config.checkpoint_every == 0 or done):
                 outputs.progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
@@ -151,12 +151,11 @@ def train(
         if cluster is not None:
             state = _leave_cluster(cluster, learner, logdir, outputs.progress)
         if chief:
+            evaluated = _final_pass(config, logdir, state, batch_env, outputs, env_servers)
             outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
             rundir.write_summary(logdir, _summary(state, result))
             if config.export:
-                _export(config, logdir, state, batch_env, outputs.progress)
-        if chief and config.video_episodes:
-            _final_video(config, logdir, outputs.progress, env_servers.addresses[0] if env_servers else None)
+                _export(config, logdir, state, batch_env, outputs.progress, evaluated)
         result.env_steps, result.iterations = state.env_steps, state.iterations
         result.wall_seconds = time.monotonic() - started
         return result
@@ -206,25 +205,46 @@ def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
     return summary
 
 
-def _export(config: TrainerConfig, logdir: Path, state: LearnerState, source: Episodes, progress: Progress) -> None:
+def _final_pass(
+    config: TrainerConfig,
+    logdir: Path,
+    state: LearnerState,
+    source: BatchEnv | RemoteBatchEnv,
+    outputs: _Outputs,
+    env_servers: EnvServers | None,
+) -> exported.Evaluation | None:
+    """The final policy's evaluation (recorded as every evaluation, when there are any) and its video
+    (`final.play`); the evaluation, for the export."""
+    episodes = config.eval_episodes if config.eval_every or config.export else 0
+    video = logdir / rundir.VIDEO if config.video_episodes else None
+    if not episodes and video is None:
+        return None
+    observations = export.acting_observations(config, state, source.observation_shape)
+    server = env_servers.addresses[0] if env_servers else None
+    returns, lengths = final.play(
+        config, state.policy, observations, source, episodes, video, outputs.progress.note, server
+    )
+    if not episodes:
+        return None
+    if config.eval_every:
+        outputs.record(state, returns, lengths)
+    return export.evaluation(returns, config.seed + topology.EVALUATION_SEED_OFFSET)
+
+
+def _export(
+    config: TrainerConfig,
+    logdir: Path,
+    state: LearnerState,
+    source: Episodes,
+    progress: Progress,
+    evaluated: exported.Evaluation | None,
+) -> None:
     """Write the final policy to exported/ (replacing the one of an earlier end of this run)."""
     out = logdir / exported.DIRECTORY
     checkpoint = checkpoints.list_checkpoints(logdir)[-1]
-    metadata = export.export_state(out, config, state, checkpoint, source, rundir.load_preset(logdir), replace=True)
+    preset = rundir.load_preset(logdir)
+    metadata = export.export_state(out, config, state, checkpoint, source, preset, replace=True, evaluated=evaluated)
     progress.note(f"exported {out}: {checkpoint.name}, evaluation return {metadata.evaluation.mean_return:.1f}")
-
-
-def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:
-    """Render the final policy to videos/final.gif, here or by `env_server`; a failure to render is reported,
-    never fatal."""
-    out = logdir / rundir.VIDEO
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        returns, _ = visualize.render(config, logdir, out, config.video_episodes, env_server)
-    except Exception as error:  # rendering needs display libraries a minimal image may lack
-        progress.note(f"no video: {type(error).__name__}: {error}")
-        return
-    progress.note(f"video {out}: return {', '.join(f'{r:.1f}' for r in returns)}")
 
 
 def _leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:
@@ -328,6 +348,10 @@ class _Outputs:
             self.config.eval_episodes,
             self.config.seed + topology.EVALUATION_SEED_OFFSET,
         )
+        self.record(state, returns, lengths)
+
+    def record(self, state: LearnerState, returns: list[float], lengths: list[int]) -> None:
+        """Report an evaluation of the policy of `state`."""
         mean_return = float(np.mean(returns))
         self.writer.scalars(
             state.env_steps, {"eval/mean_return": mean_return, "eval/mean_length": float(np.mean(lengths))}

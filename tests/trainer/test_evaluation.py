@@ -1,11 +1,16 @@
 """Evaluation episodes spread over a `BatchEnv`'s worker processes play exactly as they do here, one after the
-other on one environment: the same returns and lengths per episode, whatever the number of processes."""
+other on one environment: the same returns and lengths per episode, whatever the number of processes; and the
+final video is the final evaluation's first episodes."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from agents_operator import topology
+from agents_operator.trainer import final, visualize
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.types import EnvProcessError
@@ -78,3 +83,28 @@ def test_an_error_in_an_evaluation_environment_surfaces_with_its_traceback() -> 
         assert "ZeroDivisionError: the test environment fails on purpose" in str(failure.value)
         with pytest.raises(RuntimeError, match="unusable"):
             batch.run_episodes(random_policy(ROLLOUT_CONFIG, 1, 1), normalizer(1), 1, 0)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_final_video_is_the_evaluations_first_episodes(
+    fails: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The video renders the final evaluation's first episodes while the workers play the others: the same
+    returns, in order, as the evaluation played without a video; a video that cannot be rendered is only
+    noted, and the evaluation plays its episodes instead."""
+    config = ROLLOUT_CONFIG.model_copy(update={"video_episodes": 2})
+    policy, seed = random_policy(config, 3, 1), config.seed + topology.EVALUATION_SEED_OFFSET
+    with LocalEpisodes(config.env_id, config.max_episode_steps) as local:
+        want = local.run_episodes(policy, normalizer(3), EPISODES, seed)
+    if fails:
+        monkeypatch.setattr(visualize, "writing", lambda *_: (_ for _ in ()).throw(OSError("no display")))
+    notes: list[str] = []
+    out = tmp_path / "videos" / "final.gif"
+    with BatchEnv(config.env_id, 2, envs_per_process=1, max_episode_steps=config.max_episode_steps) as batch:
+        assert final.play(config, policy, normalizer(3), batch, EPISODES, out, notes.append) == want
+    if fails:
+        assert notes == ["no video: OSError: no display"]
+        assert not out.exists()
+    else:
+        assert notes == [f"video {out}: return {want[0][0]:.1f}, {want[0][1]:.1f}"]
+        assert out.read_bytes()[:6] == b"GIF89a"
