@@ -2,12 +2,13 @@
 (`BatchEnv.run_episodes`, one process per usable CPU); one JSON line.
 
 Per task: serial_s and parallel_s for `--episodes` deterministic episodes of a random policy of the preset's
-network sizes, with the observation statistics of a run mid-training; speedup = serial_s / parallel_s, measured
-in the same run, one after the other. Both sides are timed on environments already made (the trainer's
+network sizes (`placement.random_policy`, whose import also makes this process's numerics single-threaded, as in
+the worker processes), with the observation statistics of a run mid-training; speedup = serial_s / parallel_s,
+measured in the same run, one after the other. Both sides are timed on environments already made (the trainer's
 evaluations reuse theirs); each is the best of `--repeats`, and the returns of both are checked equal. The build
 machine is shared with other work, so the figures are rough: compare the ratio, not the seconds, and read it
-against the load averages printed (load_before, load_after: 1-minute load, from `os.getloadavg`). With the
-cores busy with others' work, spreading the episodes over processes gains nothing.
+against the load averages printed (load_before, load_after: 1-minute load, from `os.getloadavg`). With the cores
+busy with others' work, spreading the episodes over processes gains nothing.
 
     .venv/bin/python benchmarks/evaluation.py [--episodes 10] [--repeats 2] [--presets pendulum cheetah]
 """
@@ -15,34 +16,18 @@ cores busy with others' work, spreading the episodes over processes gains nothin
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import time
 
 import numpy as np
+from placement import PRESETS, random_policy  # benchmarks/, the script's directory
 
 from agents_operator import presets
-from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.make import usable_cpus
 from agents_operator.trainer.normalize import Moments, Normalizer
-from agents_operator.trainer.ppo.policy import NumpyPolicy
-
-
-def random_policy(config: TrainerConfig, obs_dim: int, act_dim: int) -> NumpyPolicy:
-    rng = np.random.default_rng(0)
-
-    def layers(sizes: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [
-            (rng.normal(0, 1 / np.sqrt(n), (n, m)).astype(np.float32), np.zeros(m, np.float32))
-            for n, m in itertools.pairwise(sizes)
-        ]
-
-    policy = layers([obs_dim, *config.policy_layers, act_dim])
-    value = layers([obs_dim, *config.value_layers, 1])
-    return NumpyPolicy(policy, np.zeros(act_dim, np.float32), value, config.activation)
 
 
 def best(repeats: int, play) -> tuple[float, tuple]:
@@ -83,7 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--presets", nargs="+", default=["pendulum", "cheetah"])
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS))
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     results = [measure(preset, args.episodes, args.repeats) for preset in args.presets]
