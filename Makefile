@@ -35,7 +35,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks tools
 	$(BIN)/ruff format --check agents_operator tests benchmarks tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 # The e2e suite alone, against your own cluster (kind, minikube) named by KUBECONFIG (default ~/.kube/config).
 # It installs the chart (release agents-e2e in agents-e2e-system), runs its operator here under the chart's

@@ -141,9 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agents-operator {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    for add in (_add_crd, _add_validate, _add_render, _add_local, _add_run):
+        add(sub)
+    trainer_commands.register(sub)
+    return parser
+
+
+def _add_crd(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("crd", help="print the AgentsJob CustomResourceDefinition (YAML)")
     p.set_defaults(func=_crd)
 
+
+def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validate",
         help="check AgentsJob manifests offline",
@@ -154,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
     p.set_defaults(func=_validate)
 
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "render",
         help="print the children (NetworkPolicy, Services, Pods, TensorBoard) the operator creates for a job",
@@ -165,15 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help=f"image for replicas that name none (default: {naming.image(naming.TRAINER_IMAGE)})")
     p.set_defaults(func=_render)
 
+
+def _add_local(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "local",
         help="run an AgentsJob on this machine, one process per replica",
         description="Run the job's replicas here with the commands and environment render gives their pods "
-        "(hosts mapped to free localhost ports). Env servers of a sidecar or remote placement run as "
-        "processes too, each on its own port. Per-replica logs go to LOGDIR/logs; restart policies and "
-        "backoffLimit are honoured; Ctrl-C stops every process, and the replicas end with the launcher however "
-        "it ends. The job runs in a network namespace whose only interface is loopback (Linux), so nothing it "
-        "serves is reachable from other machines. Exit 0 only when the job succeeded.",
+        "(hosts mapped to free localhost ports); env servers of a sidecar or remote placement too, each on a port "
+        "of its own. The lifecycle, its reasons and Events are the operator's; logs and the status it would write "
+        "go to LOGDIR/logs. Ctrl-C stops every process, and the replicas end with the launcher however it ends. "
+        "The job runs in a network namespace whose only interface is loopback (Linux), so nothing it serves is "
+        "reachable from other machines. Exit 0 only when the job succeeded.",
     )
     p.add_argument("file", metavar="FILE", help="an AgentsJob manifest")
     p.add_argument("--logdir", help="run directory (default: runs/<job name>)")
@@ -186,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_local)
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
         help="run the operator (reconciles AgentsJobs into pods and services)",
@@ -231,9 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch-timeout", type=int, default=300, help="server-side timeout of watch requests (whole s)")
     p.add_argument("--request-timeout", type=float, default=60.0, help="timeout of other API requests (s)")
     p.set_defaults(func=_run)
-
-    trainer_commands.register(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

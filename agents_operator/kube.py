@@ -1,6 +1,6 @@
 """The only module that talks to the Kubernetes API: creates, deletes, patches and Events, and executing a plan.
 
-It uses the official `kubernetes` client (blocking; `handlers` calls it through `asyncio.to_thread`) with
+It uses the official `kubernetes` client (blocking; `controller` calls it through `asyncio.to_thread`) with
 plain dicts on the wire: no generated model classes, so a pod template keeps every field the user wrote, and
 the same code serves Pods, Services, Deployments, Events and AgentsJobs. kopf's own watching logs in with the
 very same configuration (`connection_info`), so a `--kubeconfig`/`--context` applies to both.

@@ -2,10 +2,11 @@
 
 Each process runs the launch that `render` gives its container (`launch.Launch`), with fields changed for
 this machine: its peers and env servers on free localhost ports, the run directory a local folder, and
-the launcher's own trainer settings. Restart policies,
-backoffLimit, activeDeadlineSeconds and the success policy are honoured as the operator honours them
-(`lifecycle.py` holds the shared rules); progress comes from the chief's /metrics endpoint, as it does for
-the operator.
+the launcher's own trainer settings. The lifecycle is the operator's own: the launcher observes its
+processes as pods, plans with `reconcile.plan` and executes the plan over processes (`Launcher`), so
+restart policies, backoffLimit, activeDeadlineSeconds, the success policy, the reasons and the conditions
+are the operator's, and so is the status it prints. Progress comes from the chief's /metrics endpoint, as
+it does for the operator.
 
 Everything a replica serves is for this machine only: its /metrics and env servers listen on loopback
 (`tfconfig.BIND_HOST_VAR`), and the CLI first moves the launcher into a network namespace of its own
@@ -26,12 +27,16 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import exported, launch, lifecycle, localreport, naming, render, sandbox, scrape, tfconfig
+import yaml
+
+from agents_operator import exported, launch, localreport, naming, reconcile, render, sandbox, scrape, status, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.launch import Launch
+from agents_operator.reconcile import conditions, rules
 from agents_operator.trainer import rundir
 
 POLL_SECONDS = 0.5
@@ -79,6 +84,8 @@ class Replica:
     argv: list[str]
     env: dict[str, str]
     restart_policy: str
+    """The container's restartPolicy in its pod, applied as the kubelet does: Always for a native sidecar
+    (restarted in place), the pod's Never for its main container (the plan replaces a failed pod)."""
     log_path: Path
     sidecar: str | None = None
     """The sidecar container this process plays, or None for the pod's main container."""
@@ -163,7 +170,7 @@ def plan(
         rendered = _main_launch(job, replica_type, index)
         port = machine.ports[replica_type, index] if replica_type == naming.ENV_SERVER else None
         argv, env = _process(_main_container(pod, replica_type), rendered, machine.localise(rendered, port, servers))
-        policy = job.spec.restart_policy(replica_type)
+        policy = pod["spec"]["restartPolicy"]  # the pod's: the plan replaces a failed pod
         replicas.append(Replica(replica_type, index, argv, env, policy, log.with_name(f"{log.name}.log")))
     return replicas
 
@@ -242,23 +249,74 @@ def _kill_leftovers(replica: Replica) -> None:
         os.killpg(replica.process.pid, signal.SIGKILL)
 
 
+class ProcessPod:
+    """One pod of the job as local processes: its main container and native sidecars, as `plan` built them.
+
+    The launcher plays the kubelet: a sidecar that dies while the main process runs is restarted in place
+    (`Replica.restart_policy` Always), sidecars stop once the main process has ended, and the pod's phase
+    is its main process's state.
+    """
+
+    def __init__(self, replicas: list[Replica]):
+        self.replicas = replicas
+        self.main = next(r for r in replicas if r.sidecar is None)
+        self.counted: int | None = None
+        """The restart marker the plan put on this pod (`reconcile.MarkCounted`)."""
+        self.deleting_until: float | None = None
+        """While the pod is being deleted: when (monotonic) what is left of it is SIGKILLed."""
+
+    def view(self, name: str, slot: tuple[str, int]) -> status.PodView:
+        """The pod as the operator would see it from the API server."""
+        code = self.main.exit_code
+        failed = bool(code)
+        phase = {None: status.PHASE_RUNNING, 0: status.PHASE_SUCCEEDED}.get(code, status.PHASE_FAILED)
+        return status.PodView(
+            name,
+            *slot,
+            phase=phase,
+            terminating=self.deleting_until is not None,
+            exit_code=code if failed else None,
+            reason=EXIT_REASON if failed else None,
+            counted=self.counted,
+        )
+
+
+EXIT_REASON = "Error"
+"""The reason a kubelet gives a container that exited with a non-zero code."""
+
+
 class Launcher:
-    """Starts, watches, restarts and stops the replicas of one job."""
+    """Runs one job as local processes: observes them as pods, plans as the operator does
+    (`reconcile.plan`), and executes the plan: Create a pod -> start its processes, Delete -> stop them.
+
+    `status` is what the operator would write into the job's status; each change is also written to
+    `logs/status.yaml` in the run directory, and the plan's Events are printed as they come.
+    """
 
     def __init__(self, job: AgentsJob, logdir: Path, out: TextIO = sys.stderr, video: bool = True):
         self.job = job
+        self.manifest = job.model_dump(by_alias=True, exclude_none=True, mode="json")
+        """The job as the operator reads it from the API server."""
         self.logdir = logdir
         self.out = out
         self.metrics_port = free_port()
         self.replicas = plan(job, logdir, metrics_port=self.metrics_port, video=video)
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
-        self.restarts = 0
-        self.started = time.monotonic()
+        self.slots = {naming.child_name(job.name, t, i): (t, i) for t, i in job.topology.slots()}
+        self.pods: dict[tuple[str, int], ProcessPod] = {}
+        self.children: dict[tuple[str, str], status.ChildView] = {}
+        """The pod-less children the plan created (Services, TensorBoard): nothing runs for them here."""
+        self.status: dict = {}
+        self.desired = reconcile.DesiredCache()
         self.since = time.time()
         """Wall time of the start: files older than this in the run directory are a previous run's."""
         self.failed: Replica | None = None
-        """The replica whose failure ended the job, if one did."""
+        """The main process of the pod whose failure ended the job, if one did."""
         self.tracker = localreport.Tracker(job.config.total_steps, out)
+
+    @property
+    def restarts(self) -> int:
+        return self.status.get("restarts", 0)
 
     # --- processes ---------------------------------------------------------------------------------------
 
@@ -303,19 +361,134 @@ class Launcher:
                 replica.log_file.close()
                 replica.log_file = None
 
+    def _reap(self, replica: Replica, say: bool = True) -> bool:
+        """Whether `replica` has just exited; if so its exit code is recorded (and said), its leftovers killed."""
+        if replica.process is None or replica.exit_code is not None:
+            return False
+        code = replica.process.poll()
+        if code is None:
+            return False
+        replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
+        _kill_leftovers(replica)
+        if say:
+            self.tracker.say(f"{replica.name} exited with code {replica.exit_code}")
+        return True
+
+    # --- pods ----------------------------------------------------------------------------------------------
+
+    def observe(self) -> list[status.PodView]:
+        """The job's pods as the operator would see them; deleted pods whose processes are gone are dropped."""
+        views = []
+        for name, slot in self.slots.items():
+            pod = self.pods.get(slot)
+            if pod is None:
+                continue
+            for replica in pod.replicas:
+                self._reap(replica, say=pod.deleting_until is None)
+            if pod.deleting_until is not None:
+                if not any(r.running for r in pod.replicas):
+                    del self.pods[slot]
+                    continue
+                if time.monotonic() >= pod.deleting_until:
+                    for replica in pod.replicas:
+                        self._signal(replica, signal.SIGKILL)
+            else:
+                self._kubelet(pod)
+            views.append(pod.view(name, slot))
+        return views
+
+    def _kubelet(self, pod: ProcessPod) -> None:
+        """Sidecars stop with the main process, and are restarted in place while it runs (not counted)."""
+        for sidecar in pod.replicas:
+            if sidecar is pod.main:
+                continue
+            if pod.main.exit_code is not None:
+                self._signal(sidecar, signal.SIGTERM)
+            elif sidecar.exit_code is not None and sidecar.restart_policy == "Always":
+                self.tracker.say(f"restarting {sidecar.name}")
+                self._start(sidecar)
+
+    def _create_pod(self, slot: tuple[str, int]) -> None:
+        if slot in self.pods:
+            return  # already there, as a 409 would say
+        replicas = [r for r in self.replicas if (r.type, r.index) == slot]
+        for replica in replicas:  # native sidecars first, as the kubelet starts them
+            self._start(replica)
+        self.pods[slot] = ProcessPod(replicas)
+
+    def _delete_pod(self, slot: tuple[str, int], grace: int | None) -> None:
+        pod = self.pods.get(slot)
+        if pod is None or pod.deleting_until is not None:
+            return
+        grace = STOP_GRACE_SECONDS if grace is None else grace
+        for replica in pod.replicas:
+            self._signal(replica, signal.SIGTERM if grace else signal.SIGKILL)
+        pod.deleting_until = time.monotonic() + grace
+
+    # --- the plan ------------------------------------------------------------------------------------------
+
+    def step(self, now: datetime | None = None) -> reconcile.Plan:
+        """Observe, plan as the operator does, execute; the plan (its status is the job's new status)."""
+        children = list(self.children.values())
+        plan = reconcile.plan(
+            {**self.manifest, "status": self.status},
+            self.observe(),
+            children,
+            now=now or datetime.now(UTC),
+            cache=self.desired,
+            allow_privileged=True,  # no Pod Security here: the processes run as the user who starts them
+        )
+        if plan.outcome is not None and plan.outcome.pod is not None:
+            self.failed = self.pods[self.slots[plan.outcome.pod]].main
+        for action in plan.actions:
+            self._execute(action)
+        for event in plan.events:
+            self.tracker.say(f"{event.reason}: {event.message}")
+        return plan
+
+    def _execute(self, action: reconcile.Action) -> None:
+        match action:
+            case reconcile.Create() if action.kind == reconcile.KIND_POD:
+                self._create_pod(self.slots[action.name])
+            case reconcile.Create():
+                self.children[action.kind, action.name] = status.ChildView(action.kind, action.name)
+            case reconcile.Delete(kind=reconcile.KIND_POD, name=name, grace_seconds=grace):
+                self._delete_pod(self.slots[name], grace)
+            case reconcile.Delete(kind=kind, name=name):
+                self.children.pop((kind, name), None)
+            case reconcile.MarkCounted(pod=name, restarts=restarts):
+                self.pods[self.slots[name]].counted = restarts
+            case reconcile.WriteStatus(patch=patch):
+                self._write_status(patch)
+            case reconcile.DeleteJob():
+                pass  # the launcher ends with the job, before its TTL
+
+    def _write_status(self, patch: dict) -> None:
+        self.status = {**self.status, **patch}
+        for key in [k for k, v in patch.items() if v is None]:
+            del self.status[key]
+        path = self.logdir / rundir.LOGS / STATUS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(self.status, sort_keys=False))
+
+    def outcome(self) -> rules.Outcome | None:
+        """How the job ended (Succeeded, Failed, or Suspended, which runs nothing here); None while it runs."""
+        return conditions.ended(self.status)
+
     # --- the job -----------------------------------------------------------------------------------------
 
-    def run(self) -> lifecycle.Outcome:
-        """Run the job to its end; the outcome says whether it succeeded and why not."""
-        self.started, self.since = time.monotonic(), time.time()
-        for replica in self.replicas:
-            self._start(replica)
+    def run(self) -> rules.Outcome:
+        """Run the job to its end; the outcome is the condition that ended it."""
+        self.since = time.time()
         last_metrics = 0.0
         try:
             while True:
-                outcome = self._step()
+                plan = self.step()
+                outcome = self.outcome()
                 if outcome is not None:
                     return outcome
+                if plan.actions:
+                    continue  # what the plan changed is observed at once, as the operator's watch tells it
                 if time.monotonic() - last_metrics >= METRICS_SECONDS:
                     last_metrics = time.monotonic()
                     self.tracker.update(scrape.scrape(self.metrics_url))
@@ -325,60 +498,9 @@ class Launcher:
             self.stop_all()
             self.tracker.finish(self.logdir, self.since)
 
-    def _step(self) -> lifecycle.Outcome | None:
-        exited = [replica for replica in self.replicas if self._reap(replica)]
-        # A permanent failure ends the job before anything that exited with it is restarted.
-        for replica in exited:
-            if (
-                replica.sidecar is None
-                and replica.exit_code
-                and not lifecycle.should_restart(replica.restart_policy, replica.exit_code)
-            ):
-                return self._fail(
-                    replica,
-                    "Failed",
-                    f"failed with exit code {replica.exit_code} (restartPolicy {replica.restart_policy})",
-                )
-        for replica in exited:
-            if replica.sidecar is None and replica.exit_code == 0:
-                continue
-            if replica.sidecar is None and self.restarts >= self.job.spec.run_policy.backoff_limit:
-                what = f"failed again after {self.restarts} restarts"
-                limit = self.job.spec.run_policy.backoff_limit
-                return self._fail(replica, "BackoffLimitExceeded", f"{what} (backoffLimit {limit})")
-            self._restart(replica)
-        workers = {r.index: r.exit_code for r in self.replicas if r.type == naming.WORKER and r.sidecar is None}
-        if lifecycle.succeeded(self.job.spec.success_policy, workers):
-            return lifecycle.Outcome(True, "Succeeded", "the job's workers finished")
-        deadline = self.job.spec.run_policy.active_deadline_seconds
-        if deadline is not None and time.monotonic() - self.started > deadline:
-            return lifecycle.Outcome(False, "DeadlineExceeded", f"the job ran longer than {deadline} s")
-        return None
 
-    def _fail(self, replica: Replica, reason: str, what: str) -> lifecycle.Outcome:
-        self.failed = replica
-        return lifecycle.Outcome(False, reason, f"{replica.name} {what}")
-
-    def _restart(self, replica: Replica) -> None:
-        if replica.sidecar is not None:
-            # As the kubelet does with a native sidecar: restarted, not counted against backoffLimit.
-            self.tracker.say(f"restarting {replica.name}")
-        else:
-            self.restarts += 1
-            self.tracker.say(f"restarting {replica.name} (restart {self.restarts})")
-        self._start(replica)
-
-    def _reap(self, replica: Replica) -> bool:
-        """Whether `replica` has just exited; if so its exit code is recorded and said, and its leftovers killed."""
-        if replica.process is None or replica.exit_code is not None:
-            return False
-        code = replica.process.poll()
-        if code is None:
-            return False
-        replica.exit_code = code if code >= 0 else 128 - code  # a signal, as a container runtime reports it
-        _kill_leftovers(replica)
-        self.tracker.say(f"{replica.name} exited with code {replica.exit_code}")
-        return True
+STATUS_FILE = "status.yaml"
+"""In the run directory's logs: the job's status as the operator would write it."""
 
 
 def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sys.stderr) -> int:
@@ -397,7 +519,6 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
         + f"; run directory {logdir}",
         file=out,
     )
-    interrupted = False
 
     def _interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -406,22 +527,24 @@ def run_local(job: AgentsJob, logdir: Path, video: bool = True, out: TextIO = sy
     try:
         outcome = launcher.run()
     except KeyboardInterrupt:
-        interrupted = True
-        outcome = lifecycle.Outcome(False, "Interrupted", "stopped by the user; every replica was stopped")
+        outcome = None
     finally:
         signal.signal(signal.SIGTERM, previous)
     for line in _closing_lines(launcher, outcome):
         print(line, file=out)
-    if interrupted:
+    if outcome is None:
         return 130
     return 0 if outcome.succeeded else 1
 
 
-def _closing_lines(launcher: Launcher, outcome: lifecycle.Outcome) -> list[str]:
-    """The console's last words on a job: how it ended, why (the failed replica's own error line), what it
-    reached, and where its files are."""
+def _closing_lines(launcher: Launcher, outcome: rules.Outcome | None) -> list[str]:
+    """The console's last words on a job: how it ended (None: interrupted), why (the failed replica's own
+    error line), what it reached, and where its files are."""
     logdir = launcher.logdir
-    lines = [f"{outcome.reason}: {outcome.message}"]
+    if outcome is None:
+        lines = ["Interrupted: stopped by the user; every replica was stopped"]
+    else:
+        lines = [f"{outcome.condition} ({outcome.reason}): {outcome.message}"]
     error = localreport.read_last_error(launcher.failed.log_path) if launcher.failed else None
     if error:
         lines.append(f"  {launcher.failed.name}: {error}")
@@ -430,10 +553,11 @@ def _closing_lines(launcher: Launcher, outcome: lifecycle.Outcome) -> list[str]:
         lines.append(f"  {summary}")
     elif not error:  # a failure that says why needs no guess at it
         lines.append("  no progress was reported (the chief's /metrics never answered)")
-    lines.append(f"  run directory: {logdir}  (logs in {logdir / rundir.LOGS})")
+    lines.append(f"  run directory: {logdir}  (logs and the job's status in {logdir / rundir.LOGS})")
     video, export = logdir / rundir.VIDEO, logdir / exported.DIRECTORY / exported.METADATA
-    if outcome.succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
+    succeeded = outcome is not None and outcome.succeeded
+    if succeeded and video.exists() and video.stat().st_mtime >= launcher.since:  # not a previous run's
         lines.append(f"  video: {video}")
-    if outcome.succeeded and export.exists() and export.stat().st_mtime >= launcher.since:
+    if succeeded and export.exists() and export.stat().st_mtime >= launcher.since:
         lines.append(f"  exported policy: {export.parent}  (agents-operator evaluate --model {export.parent})")
     return lines

@@ -22,7 +22,8 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agents_operator import reconcile, render, status
-from agents_operator.handlers import Controller, ControllerOptions, register
+from agents_operator.controller import Controller, ControllerOptions
+from agents_operator.handlers import register
 from agents_operator.kube import CALLER_THREADS, Kube, Outcome
 from agents_operator.metrics_server import MetricsServer
 

@@ -24,7 +24,10 @@ and deleting the pod (or reading a stale cache) sees the marker and does not cou
 
 # --- pods ------------------------------------------------------------------------------------------------
 
-ACTIVE, SUCCEEDED, FAILED, TERMINATING = "active", "succeeded", "failed", "terminating"
+POD_ACTIVE, POD_SUCCEEDED, POD_FAILED, POD_TERMINATING = "active", "succeeded", "failed", "terminating"
+"""What a pod means to the lifecycle (`PodView.state`)."""
+PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Running", "Succeeded", "Failed"
+"""Pod phases as the kubelet reports them (and the local launcher, for its processes)."""
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,12 @@ class PodView:
     @property
     def state(self) -> str:
         if self.terminating:
-            return TERMINATING
-        if self.phase == "Succeeded":
-            return SUCCEEDED
-        if self.phase == "Failed":
-            return FAILED
-        return ACTIVE
+            return POD_TERMINATING
+        if self.phase == PHASE_SUCCEEDED:
+            return POD_SUCCEEDED
+        if self.phase == PHASE_FAILED:
+            return POD_FAILED
+        return POD_ACTIVE
 
     @property
     def slot(self) -> tuple[str, int]:
@@ -99,8 +102,8 @@ def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
     name = meta.get("name") or ""
     if name != naming.child_name(labels[naming.LABEL_JOB], replica_type, index):
         return None  # our labels on a pod we did not name: not one of ours
-    phase = (pod.get("status") or {}).get("phase") or "Pending"
-    exit_code, reason = _exit(pod) if phase == "Failed" else (None, None)
+    phase = (pod.get("status") or {}).get("phase") or PHASE_PENDING
+    exit_code, reason = _exit(pod) if phase == PHASE_FAILED else (None, None)
     counted = (meta.get("annotations") or {}).get(ANNOTATION_COUNTED)
     return PodView(
         name=name,
@@ -148,7 +151,7 @@ def overlay(
     deleting, counted = set(deleting), counted or {}
     out = []
     for pod in pods:
-        if pod.name in counted and pod.counted is None and pod.phase == "Failed":
+        if pod.name in counted and pod.counted is None and pod.phase == PHASE_FAILED:
             pod = replace(pod, counted=counted[pod.name])
         if pod.name in deleting:
             pod = replace(pod, terminating=True)

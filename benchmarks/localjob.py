@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agents_operator import local
 from agents_operator.api import parse_job
-from agents_operator.lifecycle import Outcome
+from agents_operator.reconcile.rules import Outcome
 
 
 def run_job(preset: str, trainer: dict, workers: int, logdir: Path) -> Outcome:

@@ -3,7 +3,7 @@
     python benchmarks/operator_loop.py
     python benchmarks/operator_loop.py --ps 99 --workers 99 --events 400
 
-Drives `handlers.Controller` without an API server: kopf's indexes are stand-ins that the benchmark's
+Drives `controller.Controller` without an API server: kopf's indexes are stand-ins that the benchmark's
 "watch" changes, and a fake Kube applies each plan to them as the API server's watch would echo it.
 Two phases per mode, the lag measured by the operator's own `monitor_loop_lag` (a 10 ms interval here):
 - create: the job exists, nothing else; one reconcile creates every Service and pod;
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents_operator import naming, operator_main, reconcile, status  # noqa: E402
-from agents_operator.handlers import Controller  # noqa: E402
+from agents_operator.controller import Controller  # noqa: E402
 from agents_operator.kube import Outcome  # noqa: E402
 
 KEY = ("bench", "big")
@@ -118,7 +118,7 @@ class OnTheLoop(Controller):
 
 
 async def settle(controller: Controller) -> None:
-    while (task := controller.tasks.get(KEY)) is not None:
+    while (task := controller.task(KEY)) is not None:
         await task
 
 

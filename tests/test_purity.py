@@ -17,10 +17,14 @@ PURE = [
     "presets",
     "manifests",
     "yamlload",
-    "lifecycle",
     "status",
     "reconcile",
     "exported",
+    "reconcile.actions",
+    "reconcile.rules",
+    "reconcile.conditions",
+    "reconcile.observe",
+    "reconcile.steps",
 ]
 FORBIDDEN = ["kopf", "kubernetes", "tensorflow", "gymnasium", "pybullet", "aiohttp"]
 

@@ -38,6 +38,12 @@ class UsageError(Exception):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """The trainer's sub-commands, in the order `--help` lists them."""
+    for add in (_add_train, _add_visualize, _add_evaluate, _add_export, _add_collect, _add_plot, _add_env_server):
+        add(subparsers)
+
+
+def _add_train(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
         "train",
         help="train a policy with PPO in this process",
@@ -64,6 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     train.set_defaults(func=_reporting("train", run_train))
 
+
+def _add_visualize(subparsers: argparse._SubParsersAction) -> None:
     visualize = subparsers.add_parser(
         "visualize",
         help="render a run's latest policy, or an exported one, to a GIF or MP4",
@@ -76,6 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _env_server_option(visualize, "play and render the episodes on this env server (serving the policy's environment)")
     visualize.set_defaults(func=_reporting("visualize", run_visualize))
 
+
+def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate = subparsers.add_parser(
         "evaluate",
         help="score a run's latest policy, or an exported one, over deterministic episodes",
@@ -90,6 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _env_server_option(evaluate, "play the episodes on this env server (serving the policy's environment), not here")
     evaluate.set_defaults(func=_reporting("evaluate", run_evaluate))
 
+
+def _add_export(subparsers: argparse._SubParsersAction) -> None:
     export = subparsers.add_parser(
         "export",
         help="write a run's policy as a TensorFlow SavedModel",
@@ -104,6 +116,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--replace", action="store_true", help="replace --out if it exists")
     export.set_defaults(func=_reporting("export", run_export))
 
+
+def _add_collect(subparsers: argparse._SubParsersAction) -> None:
     collect = subparsers.add_parser(
         "collect",
         help="drive env servers with an exported policy and save the trajectories",
@@ -121,6 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--out", required=True, type=Path, help="output file, .npz; must not exist")
     collect.set_defaults(func=_reporting("collect", run_collect))
 
+
+def _add_plot(subparsers: argparse._SubParsersAction) -> None:
     plot = subparsers.add_parser(
         "plot",
         help="plot learning curves of one or more runs",
@@ -131,6 +147,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plot.add_argument("--tag", default="train/mean_return", help="summary tag (default train/mean_return)")
     plot.set_defaults(func=_reporting("plot", run_plot))
 
+
+def _add_env_server(subparsers: argparse._SubParsersAction) -> None:
     env_server = subparsers.add_parser(
         "env-server",
         help="serve a batch of environments over gRPC to a trainer that runs elsewhere",

@@ -77,12 +77,54 @@ def train(
     started = time.monotonic()
     logdir = Path(logdir)
     chief = topology.runs_as_chief(cluster.tf_config if cluster else None)
-    worker = cluster.tf_config.task_index if cluster else 0
     if chief:
         rundir.write_config(logdir, config)
         if preset is not None:
             rundir.write_preset(logdir, preset)
     with contextlib.ExitStack() as stack:
+        run = _Run.open(stack, config, logdir, stream, cluster, env_servers, metrics_host, chief)
+        state = run.begin()
+        while not _finished(state, config, cluster):
+            state = run.iteration(state)
+        state = run.end(state)
+    result = run.outputs.result
+    result.env_steps, result.iterations = state.env_steps, state.iterations
+    result.wall_seconds = time.monotonic() - started
+    return result
+
+
+@dataclass
+class _Run:
+    """One worker's run, opened: its environments, learner and outputs, and the steps of `train`."""
+
+    config: TrainerConfig
+    logdir: Path
+    cluster: distributed.Cluster | None
+    env_servers: EnvServers | None
+    chief: bool
+    learner: Learner
+    env: TrainingEnv
+    episodes: BatchEnv | RemoteBatchEnv
+    """Where the chief's evaluations play: the batch's worker processes, or its first env server."""
+    outputs: _Outputs
+    sampler: samplers.Sampler | samplers.RolloutSampler | None = None
+    rng: np.random.Generator | None = None
+
+    @classmethod
+    def open(
+        cls,
+        stack: contextlib.ExitStack,
+        config: TrainerConfig,
+        logdir: Path,
+        stream: TextIO | None,
+        cluster: distributed.Cluster | None,
+        env_servers: EnvServers | None,
+        metrics_host: str,
+        chief: bool,
+    ) -> _Run:
+        """Start the environments, connect to the cluster (waiting for its ps tasks) and build the learner;
+        `stack` closes them all."""
+        worker = cluster.tf_config.task_index if cluster else 0
         batch_env = stack.enter_context(_batch_env(config, worker, env_servers))
         target = ""
         if cluster is not None:
@@ -94,71 +136,101 @@ def train(
         stack.callback(learner.close)
         outputs = _Outputs(config, logdir, stream, batch_env, chief, metrics_host)
         stack.callback(outputs.close)
-
-        def initialize() -> LearnerState:
-            """The run's state from its latest checkpoint, or a fresh one."""
-            restored = checkpoints.restore_latest(learner, logdir)
-            if restored:
-                outputs.progress.note(f"resumed from {restored[1]} at {restored[0].env_steps} env steps")
-                return restored[0]
-            return learner.initialize()
-
         env = TrainingEnv(batch_env, config)
-        if cluster is None:
-            state = initialize()
+        return cls(config, logdir, cluster, env_servers, chief, learner, env, batch_env, outputs)
+
+    def restore(self) -> LearnerState:
+        """The run's state from its latest checkpoint, or a fresh one."""
+        restored = checkpoints.restore_latest(self.learner, self.logdir)
+        if restored:
+            self.outputs.progress.note(f"resumed from {restored[1]} at {restored[0].env_steps} env steps")
+            return restored[0]
+        return self.learner.initialize()
+
+    def begin(self) -> LearnerState:
+        """The state to train from (restored, or joined from the cluster's live variables), and the sampler."""
+        if self.cluster is None:
+            state = self.restore()
         else:
-            learner.join(initialize)
-            state = learner.state()
-        _share_statistics(env, state)
-        outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
-        rng = np.random.default_rng([config.seed, worker, state.iterations])
-        sampler = samplers.for_placement(env, config, rng, env_servers)
-        result = outputs.result
-        while not _finished(state, config, cluster):
-            begin = time.monotonic()
-            batch, episode_returns, episode_lengths = sampler.collect(state.policy)
-            sampled = time.monotonic()
-            try:
-                losses = learner.update(batch, rng)
-                state, finish = learner.finish_iteration(
-                    batch, len(batch), env.observations.take_pending(), env.rewards.statistics.take_pending()
-                )
-            except distributed.LOST_CONNECTION as error:
-                if cluster is None:
-                    raise
-                outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
-                learner.reconnect(initialize)
-                state = learner.state()
-                _share_statistics(env, state)
-                continue
-            _share_statistics(env, state)
-            result.sampling_steps += len(batch)
-            result.collect_seconds.append(sampled - begin)
-            done = _finished(state, config, cluster)
-            if chief and config.eval_every and state.iterations % config.eval_every == 0 and not done:
-                outputs.evaluate(state, env.observations)
-            if chief and (state.iterations % config.checkpoint_every == 0 or done):
-                outputs.progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
-            outputs.iteration(
-                state,
-                {**losses, **finish},
-                episode_returns,
-                episode_lengths,
-                steps=len(batch),
-                sampling_seconds=sampled - begin,
-                seconds=time.monotonic() - begin,
+            self.learner.join(self.restore)
+            state = self.learner.state()
+        _share_statistics(self.env, state)
+        self.outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
+        worker = self.cluster.tf_config.task_index if self.cluster else 0
+        self.rng = np.random.default_rng([self.config.seed, worker, state.iterations])
+        self.sampler = samplers.for_placement(self.env, self.config, self.rng, self.env_servers)
+        return state
+
+    def iteration(self, state: LearnerState) -> LearnerState:
+        """Sample, update and write the outputs once; after a lost ps, reconnect and return the live state."""
+        config, result = self.config, self.outputs.result
+        begin = time.monotonic()
+        batch, episode_returns, episode_lengths = self.sampler.collect(state.policy)
+        sampled = time.monotonic()
+        try:
+            losses = self.learner.update(batch, self.rng)
+            state, finish = self.learner.finish_iteration(
+                batch, len(batch), self.env.observations.take_pending(), self.env.rewards.statistics.take_pending()
             )
-        if cluster is not None:
-            state = _leave_cluster(cluster, learner, logdir, outputs.progress)
-        if chief:
-            evaluated = _final_pass(config, logdir, state, batch_env, outputs, env_servers)
-            outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
-            rundir.write_summary(logdir, _summary(state, result))
-            if config.export:
-                _export(config, logdir, state, batch_env, outputs.progress, evaluated)
-        result.env_steps, result.iterations = state.env_steps, state.iterations
-        result.wall_seconds = time.monotonic() - started
-        return result
+        except distributed.LOST_CONNECTION as error:
+            if self.cluster is None:
+                raise
+            self.outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
+            self.learner.reconnect(self.restore)
+            state = self.learner.state()
+            _share_statistics(self.env, state)
+            return state
+        _share_statistics(self.env, state)
+        result.sampling_steps += len(batch)
+        result.collect_seconds.append(sampled - begin)
+        done = _finished(state, config, self.cluster)
+        if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not done:
+            self.outputs.evaluate(state, self.env.observations)
+        if self.chief and (state.iterations % config.checkpoint_every == 0 or done):
+            self.outputs.progress.note(f"checkpoint {checkpoints.save(self.learner, self.logdir, state.iterations)}")
+        self.outputs.iteration(
+            state,
+            {**losses, **finish},
+            episode_returns,
+            episode_lengths,
+            steps=len(batch),
+            sampling_seconds=sampled - begin,
+            seconds=time.monotonic() - begin,
+        )
+        return state
+
+    def end(self, state: LearnerState) -> LearnerState:
+        """Leave the cluster; the chief evaluates the final policy and renders its video, and writes the summary
+        and the export."""
+        config, progress = self.config, self.outputs.progress
+        if self.cluster is not None:
+            state = _leave_cluster(self.cluster, self.learner, self.logdir, progress)
+        if not self.chief:
+            return state
+        evaluated = self.final_pass(state)
+        self.outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
+        rundir.write_summary(self.logdir, _summary(state, self.outputs.result))
+        if config.export:
+            _export(config, self.logdir, state, self.episodes, progress, evaluated)
+        return state
+
+    def final_pass(self, state: LearnerState) -> exported.Evaluation | None:
+        """The final policy's evaluation (recorded as every evaluation, when there are any) and its video
+        (`final.play`); the evaluation, for the export."""
+        config = self.config
+        episodes = config.eval_episodes if config.eval_every or config.export else 0
+        video = self.logdir / rundir.VIDEO if config.video_episodes else None
+        if not episodes and video is None:
+            return None
+        observations = export.acting_observations(config, state, self.episodes.observation_shape)
+        server = self.env_servers.addresses[0] if self.env_servers else None
+        note = self.outputs.progress.note
+        returns, lengths = final.play(config, state.policy, observations, self.episodes, episodes, video, note, server)
+        if not episodes:
+            return None
+        if config.eval_every:
+            self.outputs.record(state, returns, lengths)
+        return export.evaluation(returns, config.seed + topology.EVALUATION_SEED_OFFSET)
 
 
 def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | None) -> BatchEnv | RemoteBatchEnv:
@@ -203,32 +275,6 @@ def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
     if result.evaluations:
         summary["eval_mean_return"] = result.evaluations[-1][1]
     return summary
-
-
-def _final_pass(
-    config: TrainerConfig,
-    logdir: Path,
-    state: LearnerState,
-    source: BatchEnv | RemoteBatchEnv,
-    outputs: _Outputs,
-    env_servers: EnvServers | None,
-) -> exported.Evaluation | None:
-    """The final policy's evaluation (recorded as every evaluation, when there are any) and its video
-    (`final.play`); the evaluation, for the export."""
-    episodes = config.eval_episodes if config.eval_every or config.export else 0
-    video = logdir / rundir.VIDEO if config.video_episodes else None
-    if not episodes and video is None:
-        return None
-    observations = export.acting_observations(config, state, source.observation_shape)
-    server = env_servers.addresses[0] if env_servers else None
-    returns, lengths = final.play(
-        config, state.policy, observations, source, episodes, video, outputs.progress.note, server
-    )
-    if not episodes:
-        return None
-    if config.eval_every:
-        outputs.record(state, returns, lengths)
-    return export.evaluation(returns, config.seed + topology.EVALUATION_SEED_OFFSET)
 
 
 def _export(

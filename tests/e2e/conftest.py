@@ -53,6 +53,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+            # One pytest-xdist worker runs them all (`--dist loadgroup`): they share one cluster, one chart
+            # install and one operator, which listens on fixed ports.
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 @pytest.hookimpl(hookwrapper=True)

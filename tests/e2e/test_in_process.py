@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 
 from agents_operator import operator_main, reconcile, render
-from agents_operator.handlers import Controller
+from agents_operator.controller import Controller
 from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from agents_operator import exported, lifecycle, local, localreport, presets, status
+from agents_operator import exported, local, localreport, presets, status
+from agents_operator.reconcile import rules
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
 
@@ -97,14 +98,14 @@ def test_a_failure_shows_the_replicas_error_line_and_no_guess_about_progress(tmp
     """)
     launcher, outcome = run(job(worker, worker_policy="ExitCode"), tmp_path)
     lines = local._closing_lines(launcher, outcome)
-    assert lines[0].startswith("Failed: worker-")
+    assert lines[0].startswith("Failed (PermanentExitCode): pod t-worker-")
     assert lines[1].endswith(": agents-operator train: error: --set learning_rat: unknown setting")
     assert not any("no progress" in line for line in lines)
 
 
 def test_without_an_error_line_or_progress_the_console_says_so(tmp_path):
     launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
-    lines = local._closing_lines(launcher, lifecycle.Outcome(True, "Succeeded", "the job's workers finished"))
+    lines = local._closing_lines(launcher, rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded"))
     assert "  no progress was reported (the chief's /metrics never answered)" in lines
 
 
@@ -113,13 +114,13 @@ def test_a_permanent_failure_ends_the_job_before_what_failed_with_it_is_restarte
     j = job(["sh", "-c", "exit 2"], ps_cmd=("sh", "-c", "exit 2"), workers=1, worker_policy="ExitCode")
     j.spec.replica_specs.ps.restart_policy = "Always"
     launcher = local.Launcher(j, tmp_path, out=sys.stderr)
+    launcher.step()  # creates the pods: starts the processes
     for replica in launcher.replicas:
-        launcher._start(replica)
         replica.process.wait()
-    outcome = launcher._step()
+    launcher.step()
     launcher.stop_all()
-    assert (outcome.reason, launcher.failed.name) == ("Failed", "worker-0")
-    assert [r.attempts for r in launcher.replicas] == [1, 1] and launcher.restarts == 0
+    assert (launcher.outcome().reason, launcher.failed.name) == ("PermanentExitCode", "worker-0")
+    assert [r.attempts for r in launcher.replicas] == [1, 1]  # the ps is not restarted
 
 
 def test_a_run_with_other_learning_settings_is_refused_before_anything_starts(tmp_path):
@@ -153,7 +154,7 @@ def test_a_previous_runs_video_is_not_announced(tmp_path):
     video = tmp_path / rundir.VIDEO
     video.parent.mkdir()
     video.write_bytes(b"GIF89a")
-    done = lifecycle.Outcome(True, "Succeeded", "the job's workers finished")
+    done = rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded")
     assert f"  video: {video}" in local._closing_lines(launcher, done)
     os.utime(video, (launcher.since - 60, launcher.since - 60))
     assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))
@@ -164,7 +165,7 @@ def test_the_export_of_this_run_is_announced_with_how_to_use_it(tmp_path):
     metadata = tmp_path / exported.DIRECTORY / exported.METADATA
     metadata.parent.mkdir()
     metadata.write_text("{}")
-    done = lifecycle.Outcome(True, "Succeeded", "the job's workers finished")
+    done = rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded")
     line = f"  exported policy: {metadata.parent}  (agents-operator evaluate --model {metadata.parent})"
     assert line in local._closing_lines(launcher, done)
     os.utime(metadata, (launcher.since - 60, launcher.since - 60))  # a previous run's

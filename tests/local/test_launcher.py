@@ -10,10 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from agents_operator import lifecycle, local, status, tfconfig
+from agents_operator import local, status, tfconfig
 from agents_operator.api import parse_job
 
 PY = sys.executable
@@ -93,8 +92,8 @@ def test_all_workers_policy_waits_for_every_worker(tmp_path):
 def test_exit_code_policy_fails_on_a_permanent_error(tmp_path):
     launcher, outcome = run(job(["sh", "-c", "exit 3"], worker_policy="ExitCode"), tmp_path)
     assert not outcome.succeeded
-    assert outcome.reason == "Failed" and "exit code 3" in outcome.message
-    assert launcher.restarts == 0
+    assert (outcome.condition, outcome.reason) == ("Failed", "PermanentExitCode") and "exit code 3" in outcome.message
+    assert launcher.restarts == 0 and launcher.status["state"] == "Failed"
 
 
 def test_exit_code_policy_retries_signals_until_the_backoff_limit(tmp_path):
@@ -155,7 +154,7 @@ def test_active_deadline_stops_the_job(tmp_path):
 
 def test_never_policy_fails_at_once(tmp_path):
     _, outcome = run(job(["sh", "-c", "kill -9 $$"], worker_policy="Never"), tmp_path)
-    assert not outcome.succeeded and "exit code 137" in outcome.message
+    assert outcome.reason == "PodFailed" and "exit code 137" in outcome.message
 
 
 def test_progress_comes_from_the_chiefs_metrics(tmp_path):
@@ -238,36 +237,6 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@pytest.mark.parametrize(
-    ("restart_policy", "code", "restart"),
-    [
-        ("Always", 1, True),
-        ("OnFailure", 137, True),
-        ("ExitCode", 1, False),
-        ("ExitCode", 127, False),
-        ("ExitCode", 128, True),
-        ("ExitCode", 143, True),
-        ("Never", 137, False),
-    ],
-)
-def test_should_restart(restart_policy, code, restart):
-    assert lifecycle.should_restart(restart_policy, code) is restart
-
-
-@pytest.mark.parametrize(
-    ("success_policy", "codes", "done"),
-    [
-        ("ChiefWorker", {0: 0, 1: None}, True),
-        ("ChiefWorker", {0: None, 1: 0}, False),
-        ("AllWorkers", {0: 0, 1: None}, False),
-        ("AllWorkers", {0: 0, 1: 0}, True),
-        ("AllWorkers", {}, False),
-    ],
-)
-def test_succeeded(success_policy, codes, done):
-    assert lifecycle.succeeded(success_policy, codes) is done
-
-
 def test_scrape_leaves_out_what_is_not_measured_yet():
     body = b"# HELP x y\nagents_trainer_env_steps 5.0\nagents_trainer_mean_return NaN\n"
 
@@ -305,7 +274,7 @@ def test_plan_runs_remote_env_servers_on_local_ports_and_tells_each_worker_its_o
     for i, server in enumerate(replicas[1:5]):
         assert server.argv[:4] == [PY, "-m", "agents_operator", "env-server"]
         assert server.argv[server.argv.index("--port") + 1] == str(41000 + i)
-        assert server.restart_policy == "OnFailure"
+        assert server.restart_policy == "Never"  # the pod's: the plan replaces it, by its OnFailure
         assert server.log_path == tmp_path / "logs" / f"cheetah-remote-envserver-{i}.log"
     for worker in (0, 1):
         env = replicas[5 + worker].env

@@ -1,4 +1,4 @@
-"""Controller (handlers.py) with a fake API: its memory of its own writes covers a watch that lags behind."""
+"""Controller (controller.py) with a fake API: its memory of its own writes covers a watch that lags behind."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents_operator import handlers, operator_main, reconcile, status
-from agents_operator.handlers import Controller
+from agents_operator import controller as ctl
+from agents_operator import operator_main, reconcile, status
+from agents_operator.controller import Controller
 from agents_operator.kube import ApiError, Outcome
 
 from .world import NOW, World, make_job
@@ -121,9 +122,9 @@ async def test_kicks_are_coalesced_and_errors_retried():
     fake.fail_after = 0
     for _ in range(5):
         controller.kick(KEY)
-    await controller.tasks[KEY]
+    await controller.task(KEY)
     assert len(fake.plans) <= 2  # five kicks, at most one run plus one rerun
-    assert controller.memory[KEY].failures == 1 and KEY in controller.wakeups  # retried later
+    assert controller.jobs[KEY].memory.failures == 1 and controller.jobs[KEY].wakeup is not None  # retried later
     await controller.shutdown()
 
 
@@ -135,6 +136,24 @@ async def test_children_of_a_job_that_is_gone_are_deleted():
     controller.kube.delete = lambda kind, ns, name, grace=None: deleted.append((kind, name))  # type: ignore[attr-defined]
     await controller.reconcile(KEY)
     assert sorted(deleted) == sorted([("Pod", n) for n in world.pods] + [("Service", n) for n in world.services])
+    assert KEY not in controller.jobs  # nothing is kept of a job that is gone, its lock included
+
+
+async def test_a_job_deleted_while_it_is_reconciled_is_forgotten_once_the_reconcile_ends():
+    world = running_world()
+    controller, _ = controller_for(world)
+    await controller.reconcile(KEY)
+    record = controller.jobs[KEY]
+    async with controller.locked(KEY):
+        controller.forget(KEY)  # the job's DELETED event, while a reconcile holds its lock
+        assert controller.jobs[KEY] is record and record.memory.written_status is None
+    assert KEY not in controller.jobs
+    controller.indexes["agents_jobs"] = {}
+    controller.indexes["agents_pods"] = {}
+    controller.indexes["agents_services"] = {}
+    controller.kick(KEY)  # the orphans' check after the DELETED event
+    await controller.task(KEY)
+    assert KEY not in controller.jobs
 
 
 async def test_refused_children_are_reported_at_once_and_retried_with_backoff():
@@ -142,20 +161,21 @@ async def test_refused_children_are_reported_at_once_and_retried_with_backoff():
     controller, fake = controller_for(world)
     fake.refuse = {"pj-ps-0", "pj-worker-0", "pj-worker-1"}
     for failures in (1, 2, 3):
-        if KEY in controller.wakeups:
-            controller.wakeups[KEY].cancel()
+        wakeup = controller.record(KEY).wakeup
+        if wakeup is not None:
+            wakeup.cancel()
         controller._wake(KEY)  # the wake-up the last failure scheduled (not waited for)
-        await controller.tasks[KEY]
+        await controller.task(KEY)
         report = fake.plans[-1]  # the reconcile's second plan: the refusals, in the same reconcile
         assert report.status["state"] == "ReplicaFailure"
         assert [e.reason for e in report.events] == (
             ["FailedCreate"] * 6 if failures == 1 else []
         )  # 3 Services, 3 Pods
-        assert controller.memory[KEY].failures == failures
-        assert controller.wakeups[KEY].when() - asyncio.get_running_loop().time() > 0.5 * 2**failures - 0.1
+        assert controller.jobs[KEY].memory.failures == failures
+        assert controller.jobs[KEY].wakeup.when() - asyncio.get_running_loop().time() > 0.5 * 2**failures - 0.1
     fake.refuse = set()
     await controller.reconcile(KEY)
-    assert controller.memory[KEY].failures == 0
+    assert controller.jobs[KEY].memory.failures == 0
     await controller.shutdown()
 
 
@@ -186,7 +206,7 @@ class _MetricsHandler(http.server.BaseHTTPRequestHandler):
         if self.server.declare and size is not None:
             self.send_header("Content-Length", str(size))
         self.end_headers()
-        chunk = SAMPLE * (handlers.METRICS_CHUNK // len(SAMPLE))
+        chunk = SAMPLE * (ctl.METRICS_CHUNK // len(SAMPLE))
         try:
             while size is None or self.server.sent < size:
                 part = chunk if size is None else chunk[: size - self.server.sent]
@@ -234,7 +254,7 @@ async def test_a_hostile_metrics_body_is_refused_after_the_cap(serve_metrics, ca
     controller.metrics_url = lambda job, ns, port: server.url
     tracemalloc.start()
     try:
-        with caplog.at_level(logging.WARNING, logger=handlers.__name__):
+        with caplog.at_level(logging.WARNING, logger=ctl.__name__):
             progress, lag = await read_progress_watching_the_loop(controller)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -242,13 +262,13 @@ async def test_a_hostile_metrics_body_is_refused_after_the_cap(serve_metrics, ca
     assert progress is None and fake.patches == []
     assert "refused: larger than" in caplog.text
     # Sent, not read: what the kernel buffers on both ends of the loopback connection comes on top of the cap.
-    assert server.sent < handlers.METRICS_LIMIT + (16 << 20)
-    assert peak < 4 * handlers.METRICS_LIMIT
+    assert server.sent < ctl.METRICS_LIMIT + (16 << 20)
+    assert peak < 4 * ctl.METRICS_LIMIT
     assert lag < 0.5  # reading and parsing the whole of a 200 MB body held the loop up for 24 s
 
 
 async def test_metrics_under_the_cap_are_parsed_off_the_event_loop(serve_metrics, monkeypatch):
-    server = serve_metrics(handlers.METRICS_LIMIT)
+    server = serve_metrics(ctl.METRICS_LIMIT)
     controller, fake = controller_for(running_world())
     controller.metrics_url = lambda job, ns, port: server.url
     on_loop = []

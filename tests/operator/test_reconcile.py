@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from agents_operator import reconcile, status
+from agents_operator import reconcile, render, status
 from agents_operator.reconcile import Create, Delete, DeleteJob, MarkCounted, WriteStatus
 
 from .world import NOW, UID, World, expected_children, make_job, make_pod
@@ -108,8 +108,8 @@ def test_pods_are_rendered_only_for_empty_slots(monkeypatch):
     world.started()
     del world.pods["pj-worker-1"]
     rendered = []
-    pod = reconcile.render.pod
-    monkeypatch.setattr(reconcile.render, "pod", lambda job, t, i, o: rendered.append((t, i)) or pod(job, t, i, o))
+    pod = render.pod
+    monkeypatch.setattr(render, "pod", lambda job, t, i, o: rendered.append((t, i)) or pod(job, t, i, o))
     assert kinds_names(world.step().actions) == {("Pod", "pj-worker-1")}
     assert rendered == [("worker", 1)]
 
@@ -117,8 +117,8 @@ def test_pods_are_rendered_only_for_empty_slots(monkeypatch):
 def test_the_cache_renders_the_other_children_once_per_spec(monkeypatch):
     world = World(make_job())
     calls = []
-    others = reconcile.render.non_pod_children
-    monkeypatch.setattr(reconcile.render, "non_pod_children", lambda job, o: calls.append(1) or others(job, o))
+    others = render.non_pod_children
+    monkeypatch.setattr(render, "non_pod_children", lambda job, o: calls.append(1) or others(job, o))
     world.started()
     world.set_phase("pj-worker-1", "Succeeded", exit_code=0)
     world.step()

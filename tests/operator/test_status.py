@@ -13,12 +13,12 @@ from .world import NOW, make_pod
 @pytest.mark.parametrize(
     ("pod", "state", "exit_code"),
     [
-        (make_pod("j", "worker", 0, "Pending"), status.ACTIVE, None),
-        (make_pod("j", "worker", 0, "Unknown"), status.ACTIVE, None),
-        (make_pod("j", "worker", 0, "Succeeded", exit_code=0), status.SUCCEEDED, None),
-        (make_pod("j", "worker", 0, "Failed", exit_code=3), status.FAILED, 3),
-        (make_pod("j", "worker", 0, "Failed", reason="Evicted"), status.FAILED, None),
-        (make_pod("j", "worker", 0, "Failed", exit_code=137, deleting=True), status.TERMINATING, 137),
+        (make_pod("j", "worker", 0, "Pending"), status.POD_ACTIVE, None),
+        (make_pod("j", "worker", 0, "Unknown"), status.POD_ACTIVE, None),
+        (make_pod("j", "worker", 0, "Succeeded", exit_code=0), status.POD_SUCCEEDED, None),
+        (make_pod("j", "worker", 0, "Failed", exit_code=3), status.POD_FAILED, 3),
+        (make_pod("j", "worker", 0, "Failed", reason="Evicted"), status.POD_FAILED, None),
+        (make_pod("j", "worker", 0, "Failed", exit_code=137, deleting=True), status.POD_TERMINATING, 137),
     ],
 )
 def test_view_pod_state(pod, state, exit_code):

@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from agents_operator import kube, naming, operator_main
-from agents_operator.handlers import Controller
+from agents_operator.controller import Controller
 
 from .world import make_job
 

@@ -1,0 +1,498 @@
+"""The operator's controller: when to plan a job, one plan at a time, what it remembers between plans.
+
+Nothing here decides the lifecycle: `reconcile.plan` does, from kopf's indexes (kept current from the
+watches by `handlers`, the kopf glue; no listing here). What the controller adds is what a pure function
+cannot know:
+
+- one reconcile at a time per job (an asyncio lock), with bursts of kicks coalesced into one rerun;
+- the operator's own recent writes, remembered until the watch delivers them (`JobMemory`), so that a stale
+  cache neither counts a failure twice nor rewinds the status;
+- errors: a job whose reconcile fails (children refused included: reported first) is retried with backoff;
+  it never stops the others;
+- the wake-up a plan asks for (deadline, TTL), a periodic resync that also reads the chief's progress;
+- planning on a worker thread, with what the job's spec renders to kept per job (`JobMemory.desired`).
+
+All of it lives in one `JobRecord` per job, dropped with the job (`forget`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from agents_operator import api, naming, reconcile, render, status
+from agents_operator.kube import ApiError, Kube
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""(namespace, job name)"""
+
+MEMORY_SECONDS = 60.0
+"""How long our own writes may stay unconfirmed by the watch before the cache is believed again."""
+METRICS_LIMIT = 1 << 20
+"""Most bytes of the chief's /metrics the operator reads (the trainer's are a few KiB). The endpoint is the
+job's own code, reachable by anyone the NetworkPolicy lets in: a bigger body is refused, not read."""
+METRICS_CHUNK = 64 << 10
+
+INDEX_JOBS, INDEX_PODS, INDEX_SERVICES = "agents_jobs", "agents_pods", "agents_services"
+INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES = "agents_deployments", "agents_networkpolicies"
+INDEXES = (INDEX_JOBS, INDEX_PODS, INDEX_SERVICES, INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES)
+"""kopf's indexes (their handler ids), each from (namespace, job name) to the values kept of its objects."""
+Index = Mapping[Key, Iterable]
+
+
+@dataclass
+class JobMemory:
+    """What the operator keeps about one job between reconciles: writes it made that the watch may not have
+    delivered yet, and what the job's spec renders to."""
+
+    written_status: dict | None = None
+    written_at: float = 0.0
+    deleting: set[str] = field(default_factory=set)
+    counted: dict[str, int] = field(default_factory=dict)
+    failures: int = 0
+    desired: reconcile.DesiredCache = field(default_factory=reconcile.DesiredCache)
+
+
+@dataclass
+class JobRecord:
+    """All the controller keeps about one job."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by a reconcile or a progress write: one at a time per job."""
+    memory: JobMemory = field(default_factory=JobMemory)
+    dirty: bool = False
+    """Kicked since the last reconcile began: run once more."""
+    task: asyncio.Task | None = None
+    """The task that reconciles the job while it is dirty."""
+    wakeup: asyncio.TimerHandle | None = None
+    state: str | None = None
+    """The job's status.state as last planned, for the probe and the metrics."""
+    users: int = 0
+    """Coroutines waiting for or holding `lock`."""
+    forgotten: bool = False
+    """The job is gone: the record is dropped as soon as nothing uses it."""
+
+    @property
+    def busy(self) -> bool:
+        return self.users > 0 or (self.task is not None and not self.task.done())
+
+
+@dataclass
+class ControllerOptions:
+    render: render.RenderOptions = field(default_factory=render.RenderOptions)
+    allow_privileged: bool = False
+    """Run jobs with spec.podSecurity Privileged (--allow-privileged-jobs); else they fail unrendered."""
+    progress_interval: float = 30.0
+    """Seconds between reads of the chief's /metrics (and resyncs of every job)."""
+    metrics_timeout: float = 5.0
+    max_backoff: float = 60.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _first(index: Index | None, key: Key) -> Any:
+    if index is None:
+        return None
+    try:
+        store = index[key]
+    except KeyError:
+        return None
+    for value in store:
+        return value
+    return None
+
+
+def _all(index: Index | None, key: Key) -> list:
+    if index is None:
+        return []
+    try:
+        return list(index[key])
+    except KeyError:
+        return []
+
+
+class Controller:
+    """Reconciles jobs: serialised per job, coalesced, retried, with metrics."""
+
+    def __init__(self, kube: Kube, options: ControllerOptions | None = None, metrics: Any = None):
+        self.kube = kube
+        self.options = options or ControllerOptions()
+        self.metrics = metrics
+        self.indexes: dict[str, Index] = {}
+        self.jobs: dict[Key, JobRecord] = {}
+        self.metrics_url: Callable[[str, str, int], str] = status.metrics_url
+        self.now: Callable[[], datetime] = _now
+
+    # --- records -------------------------------------------------------------------------------------------
+
+    def record(self, key: Key) -> JobRecord:
+        rec = self.jobs.get(key)
+        if rec is None:
+            rec = self.jobs[key] = JobRecord()
+        return rec
+
+    def task(self, key: Key) -> asyncio.Task | None:
+        """The task reconciling the job now, if one is."""
+        rec = self.jobs.get(key)
+        return rec.task if rec is not None else None
+
+    def states(self) -> list[str | None]:
+        return [rec.state for rec in self.jobs.values() if rec.state is not None]
+
+    @contextlib.asynccontextmanager
+    async def locked(self, key: Key) -> AsyncIterator[JobRecord]:
+        """The job's record, under its lock."""
+        rec = self.record(key)
+        rec.users += 1
+        try:
+            async with rec.lock:
+                yield rec
+        finally:
+            rec.users -= 1
+            self._drop(key, rec)
+
+    def forget(self, key: Key) -> None:
+        """The job is gone: its memory, wake-up and state go now, its record (and lock) once nothing uses it."""
+        rec = self.jobs.get(key)
+        if rec is None:
+            return
+        rec.memory = JobMemory()
+        if rec.wakeup is not None:
+            rec.wakeup.cancel()
+            rec.wakeup = None
+        rec.forgotten = True
+        self.set_state(rec, None)
+        self._drop(key, rec)
+
+    def _drop(self, key: Key, rec: JobRecord) -> None:
+        if rec.forgotten and not rec.dirty and not rec.busy and self.jobs.get(key) is rec:
+            del self.jobs[key]
+
+    def set_state(self, rec: JobRecord, state: str | None) -> None:
+        rec.state = state
+        if self.metrics:
+            self.metrics.set_states(self.states())
+
+    # --- indexes -------------------------------------------------------------------------------------------
+
+    def remember_indexes(self, kwargs: dict[str, Any]) -> None:
+        for name in INDEXES:
+            if name in kwargs:
+                self.indexes[name] = kwargs[name]
+
+    def observed(self, key: Key) -> tuple[dict | None, list, list, list]:
+        job = _first(self.indexes.get(INDEX_JOBS), key)
+        return (
+            copy.deepcopy(job) if job else None,
+            _all(self.indexes.get(INDEX_PODS), key),
+            _all(self.indexes.get(INDEX_SERVICES), key),
+            # Deployments and NetworkPolicies: the plan only needs their kind and name.
+            _all(self.indexes.get(INDEX_DEPLOYMENTS), key) + _all(self.indexes.get(INDEX_NETWORK_POLICIES), key),
+        )
+
+    # --- reconcile ---------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: Key) -> reconcile.Plan | None:
+        """Plan and execute for one job; raises on API errors (the caller retries)."""
+        async with self.locked(key) as rec:
+            rec.dirty = False
+            job, pods, services, deployments = self.observed(key)
+            if job is None:
+                if await self._orphans(key):
+                    self.forget(key)
+                return None
+            rec.forgotten = False
+            job, pods = self._overlay(job, pods, rec.memory)
+            started = time.perf_counter()
+            plan = await self.plan(job, pods, services, deployments, rec.memory.desired)
+            if plan.actions and log.isEnabledFor(logging.DEBUG):  # a large job's plan is thousands of actions
+                log.debug("%s/%s: %s", *key, ", ".join(_describe_action(a) for a in plan.actions))
+            outcome = await self._execute(key, rec, job, plan)
+            if self.metrics:
+                self.metrics.observe(plan, outcome, time.perf_counter() - started)
+            return await self._after(key, rec, job, plan, outcome)
+
+    async def _execute(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan) -> Any:
+        try:
+            outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
+        except Exception as err:
+            partial = getattr(err, "outcome", None)
+            if partial is not None:
+                self._learn(key, rec.memory, plan, partial)  # what did happen must not happen twice
+            raise
+        self._learn(key, rec.memory, plan, outcome)
+        return outcome
+
+    async def _after(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan, outcome: Any) -> reconcile.Plan:
+        """Refusals reported, the state and the wake-up the plan asks for kept; Refused raised for a retry."""
+        gone = outcome.job_gone or outcome.job_deleted
+        if outcome.refused and not gone:
+            plan = await self._report_refusals(key, job, plan, outcome.refused, rec.memory)
+        self.set_state(rec, None if gone else plan.status.get("state"))
+        if plan.requeue_after is not None and not gone:
+            self.wake_later(key, plan.requeue_after)
+        if outcome.refused and not gone:
+            raise Refused(outcome.refused)
+        rec.memory.failures = 0
+        return plan
+
+    async def _report_refusals(
+        self, key: Key, job: dict, plan: reconcile.Plan, refusals: list[reconcile.Refusal], memory: JobMemory
+    ) -> reconcile.Plan:
+        """Write the refusals into the job's status and Events at once (the retry comes later, backed off)."""
+        report = reconcile.refused(plan.status, refusals, self.now())
+        outcome = await asyncio.to_thread(self.kube.execute, job, report, self.now())
+        self._learn(key, memory, report, outcome)
+        return replace(report, requeue_after=plan.requeue_after)
+
+    async def plan(
+        self, job: dict, pods: list, services: list, deployments: list, cache: reconcile.DesiredCache
+    ) -> reconcile.Plan:
+        """`reconcile.plan` on a worker thread: for a large job it takes longer than the event loop may stall,
+        and every watch, probe and other job waits on the loop. The loop only waits for the result."""
+        return await asyncio.to_thread(
+            reconcile.plan,
+            job,
+            pods,
+            services,
+            deployments,
+            now=self.now(),
+            options=self.options.render,
+            cache=cache,
+            allow_privileged=self.options.allow_privileged,
+        )
+
+    def _overlay(self, job: dict, pods: list, memory: JobMemory) -> tuple[dict, list]:
+        indexed_status = job.get("status") or {}
+        if memory.written_status is not None:
+            stale = time.monotonic() - memory.written_at > MEMORY_SECONDS
+            if stale or _same_status(indexed_status, memory.written_status):
+                memory.written_status = None
+            else:
+                job["status"] = copy.deepcopy(memory.written_status)
+        names = {p.name for p in pods}
+        memory.deleting &= names
+        memory.counted = {
+            n: v for n, v in memory.counted.items() if n in names and not any(p.name == n and p.counted for p in pods)
+        }
+        return job, status.overlay(pods, memory.deleting, memory.counted)
+
+    def _learn(self, key: Key, memory: JobMemory, plan: reconcile.Plan, outcome: Any) -> None:
+        if outcome.job_gone or outcome.job_deleted:
+            self.forget(key)
+            return
+        if outcome.status_written:
+            memory.written_status = copy.deepcopy(plan.status)
+            memory.written_at = time.monotonic()
+        for action in outcome.done:
+            if isinstance(action, reconcile.Delete) and action.kind == reconcile.KIND_POD:
+                memory.deleting.add(action.name)
+            elif isinstance(action, reconcile.MarkCounted):
+                memory.counted[action.pod] = action.restarts
+
+    async def _orphans(self, key: Key) -> bool:
+        """Children whose job is not indexed: delete them once the API confirms the job is gone. False when
+        the job exists after all (the index is behind)."""
+        _, pods, services, deployments = self.observed(key)
+        if not (pods or services or deployments):
+            return True
+        namespace, name = key
+        if await asyncio.to_thread(self.kube.get, naming.KIND, namespace, name) is not None:
+            return False
+        for list_kind, views in (("Pod", pods), ("Service", services), (None, deployments)):
+            for view in views:
+                kind = list_kind or view.kind  # Deployments and NetworkPolicies share a list
+                if not view.terminating:
+                    log.info("deleting %s %s/%s: its AgentsJob %s is gone", kind, namespace, view.name, name)
+                    await asyncio.to_thread(self.kube.delete, kind, namespace, view.name)
+        return True
+
+    # --- background triggers -------------------------------------------------------------------------------
+
+    def kick(self, key: Key) -> None:
+        """Reconcile the job soon, in the background; many kicks while one runs cause one more run."""
+        rec = self.record(key)
+        rec.dirty = True
+        if rec.task is None or rec.task.done():
+            rec.task = asyncio.get_running_loop().create_task(self._drain(key, rec), name=f"reconcile {key}")
+
+    async def _drain(self, key: Key, rec: JobRecord) -> None:
+        try:
+            while rec.dirty:
+                try:
+                    await self.reconcile(key)
+                except Exception as err:  # one job's trouble never stops the operator
+                    self.back_off(key, err)
+        finally:
+            rec.task = None
+            self._drop(key, rec)
+
+    def back_off(self, key: Key, err: BaseException) -> None:
+        """A reconcile failed: try again later, twice as late after each failure in a row (up to max_backoff)."""
+        rec = self.record(key)
+        rec.memory.failures += 1
+        delay = min(self.options.max_backoff, 0.5 * 2**rec.memory.failures)
+        if self.metrics:
+            self.metrics.errors.inc()
+        log.warning("reconcile of %s/%s failed (retry in %.1f s): %s", *key, delay, _brief(err))
+        rec.dirty = False
+        self.wake_later(key, delay)
+
+    def wake_later(self, key: Key, seconds: float) -> None:
+        rec = self.record(key)
+        loop = asyncio.get_running_loop()
+        if rec.wakeup is not None and rec.wakeup.when() <= loop.time() + seconds:
+            return  # an earlier wake-up is already there
+        if rec.wakeup is not None:
+            rec.wakeup.cancel()
+        rec.wakeup = loop.call_later(max(seconds, 0.0) + 0.05, self._wake, key)
+
+    def _wake(self, key: Key) -> None:
+        rec = self.jobs.get(key)
+        if rec is not None:
+            rec.wakeup = None
+        self.kick(key)
+
+    async def shutdown(self) -> None:
+        tasks = []
+        for rec in self.jobs.values():
+            if rec.wakeup is not None:
+                rec.wakeup.cancel()
+            if rec.task is not None:
+                rec.task.cancel()
+                tasks.append(rec.task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def resync_loop(self) -> None:
+        """Every progress_interval: read the progress of running jobs and resync every job.
+
+        One loop for all jobs rather than a kopf timer per job: kopf puts a finalizer on every object with a
+        timer, and a finalizer would make jobs undeletable while the operator is down.
+        """
+        while True:
+            await asyncio.sleep(self.options.progress_interval)
+            jobs = self.indexes.get(INDEX_JOBS)
+            if jobs is None:
+                continue
+            keys = list(jobs.keys())
+            await asyncio.gather(*(self._resync(key) for key in keys), return_exceptions=True)
+
+    async def _resync(self, key: Key) -> None:
+        try:
+            await self.read_progress(key)
+        finally:
+            self.kick(key)  # catches anything a lost watch event would have told
+
+    # --- progress ------------------------------------------------------------------------------------------
+
+    async def _fetch_metrics(self, key: Key, url: str) -> bytes | None:
+        """The chief's /metrics body, or None when unreadable: not up, not 200, too slow, or over METRICS_LIMIT."""
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.options.metrics_timeout)
+            async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
+                if response.status != 200:
+                    return None
+                body = await _read_capped(response, METRICS_LIMIT)
+        except (aiohttp.ClientError, TimeoutError, OSError) as err:
+            log.debug("metrics of %s/%s not read from %s: %s", *key, url, err)
+            return None
+        if body is None:
+            log.warning("metrics of %s/%s at %s refused: larger than %d bytes", *key, url, METRICS_LIMIT)
+        return body
+
+    async def read_progress(self, key: Key) -> dict | None:
+        """Read the chief's /metrics and patch status.progress when it changed; None when not running."""
+        job, *_ = self.observed(key)
+        if job is None:
+            return None
+        rec = self.jobs.get(key)
+        written = rec.memory.written_status if rec is not None else None
+        current = (written or job.get("status")) or {}
+        if current.get("state") not in (api.RUNNING, api.RESTARTING):
+            return None
+        port = _metrics_port(job)
+        body = await self._fetch_metrics(key, self.metrics_url(key[1], key[0], port)) if port else None
+        if body is None:
+            return None
+        now = self.now()
+        # Parsed on a worker thread: a megabyte of samples would hold the event loop up.
+        progress = await asyncio.to_thread(lambda: status.progress_from_metrics(body.decode("utf-8", "replace"), now))
+        if progress is None:
+            return None
+        old = {k: v for k, v in (current.get("progress") or {}).items() if k != "updatedAt"}
+        if old != {k: v for k, v in progress.items() if k != "updatedAt"}:
+            await self._write_progress(key, progress)
+        return progress
+
+    async def _write_progress(self, key: Key, progress: dict) -> None:
+        async with self.locked(key) as rec:
+            written = await asyncio.to_thread(self.kube.patch_status, key[0], key[1], {"progress": progress})
+            if written is not None and rec.memory.written_status is not None:
+                rec.memory.written_status["progress"] = progress
+
+
+def _metrics_port(job: dict) -> int | None:
+    """The chief's metrics port, from the job's trainer settings; None when it serves none or cannot run."""
+    try:
+        parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        return parsed.config.metrics_port or None
+    except (api.InvalidJob, KeyError, ValueError):
+        return None
+
+
+class Refused(Exception):
+    """The API server refused to create some of a job's children (reported; the reconcile is retried later)."""
+
+    def __init__(self, refusals: list[reconcile.Refusal]):
+        self.refusals = refusals
+        names = ", ".join(f"{r.kind.lower()} {r.name}" for r in refusals)
+        super().__init__(f"the API server refused {names}: {refusals[0].message}")
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body, or None when it is longer than `limit` bytes: then no more than about `limit` is read."""
+    if (response.content_length or 0) > limit:
+        return None
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(METRICS_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _same_status(indexed: dict, written: dict) -> bool:
+    """Whether the watch has caught up with our write (progress is written separately, so it is ignored)."""
+    strip = {"progress"}
+    return {k: v for k, v in indexed.items() if k not in strip} == {k: v for k, v in written.items() if k not in strip}
+
+
+def _describe_action(action: reconcile.Action) -> str:
+    match action:
+        case reconcile.Create():
+            return f"create {action.kind} {action.name}"
+        case reconcile.Delete(kind=kind, name=name):
+            return f"delete {kind} {name}"
+        case reconcile.MarkCounted(pod=pod, restarts=n):
+            return f"mark {pod} counted ({n})"
+        case reconcile.WriteStatus(patch=patch):
+            return f"write status {sorted(patch)}"
+        case _:
+            return type(action).__name__
+
+
+def _brief(err: BaseException) -> str:
+    return str(err) if isinstance(err, ApiError | OSError | Refused) else f"{type(err).__name__}: {err}"
