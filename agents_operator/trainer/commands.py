@@ -259,9 +259,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from agents_operator.trainer import playback
 
     if config is None:
-        player = playback.of_model(args.model, args.env_server)
+        player = playback.of_model(args.model, args.env_server, args.episodes)
     else:
-        player = playback.of_run(config, args.logdir, args.env_server)
+        player = playback.of_run(config, args.logdir, args.env_server, args.episodes)
     with player as played:
         seed = played.seed if args.seed is None else args.seed
         returns, lengths = played.play(args.episodes, seed)

@@ -1,11 +1,11 @@
 """The evaluator replica: scores every new checkpoint of the chief with the deterministic policy.
 
-It reads the run directory the chief writes (a shared volume in a cluster), so evaluation costs the
-workers nothing: each new checkpoint is restored into a local learner and played for `eval_episodes`
-episodes; the returns go to the `evaluator/` summaries next to the chief's. It runs until it is stopped
-(the operator and the local launcher stop it when the job ends) or until it has scored a checkpoint that
-reached `total_steps`. With env servers, the episodes are played by the first of them (it renders
-nothing, so the evaluator needs no simulator).
+It reads the run directory the chief writes (a shared volume in a cluster), so evaluation costs the workers
+nothing: each new checkpoint is restored into a local learner and played for `eval_episodes` episodes, spread
+over worker processes (`BatchEnv.run_episodes`, one per usable CPU); the returns go to the `evaluator/`
+summaries next to the chief's. It runs until it is stopped (the operator and the local launcher stop it when
+the job ends) or until it has scored a checkpoint that reached `total_steps`. With env servers, the episodes
+are played by the first of them (it renders nothing, so the evaluator needs no simulator).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.envs import remote
-from agents_operator.trainer.envs.episodes import LocalEpisodes
+from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.learner import Learner, vector_size
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.summaries import SummaryWriter
@@ -39,7 +39,7 @@ def run(
 ) -> int:
     logdir = Path(logdir)
     if env_servers is None:
-        episodes = LocalEpisodes(config.env_id, config.max_episode_steps)
+        episodes = BatchEnv.for_episodes(config.env_id, config.max_episode_steps, config.eval_episodes)
     else:
         episodes = remote.connect(list(env_servers.addresses), config.env_id)
     learner = Learner(config, vector_size(episodes.observation_shape), vector_size(episodes.action_shape))

@@ -26,7 +26,7 @@ import tensorflow as tf
 from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
-from agents_operator.trainer.envs.episodes import LocalEpisodes
+from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import Layer, NumpyPolicy
@@ -36,7 +36,8 @@ _ACTIVATIONS = {"tanh": tf.tanh, "relu": tf.nn.relu}
 
 
 class Episodes(Protocol):
-    """Where an export's evaluation plays: `LocalEpisodes` or a `RemoteBatchEnv` (the chief with env servers)."""
+    """Where an export's evaluation plays: a `BatchEnv`'s worker processes or a `RemoteBatchEnv`'s first env
+    server."""
 
     observation_shape: tuple[int, ...]
     action_shape: tuple[int, ...]
@@ -160,11 +161,16 @@ def read(directory: Path) -> tuple[NumpyPolicy, Normalizer, exported.Metadata]:
     return policy, observations, metadata
 
 
-def evaluate(
-    source: Episodes, policy: NumpyPolicy, observations: Normalizer, episodes: int, seed: int
-) -> exported.Evaluation:
-    returns, _ = source.run_episodes(policy, observations, episodes, seed)
-    return exported.Evaluation(episodes, seed, float(np.mean(returns)), [float(r) for r in returns])
+def acting_observations(config: TrainerConfig, state: LearnerState, shape: tuple[int, ...]) -> Normalizer:
+    """The normaliser the policy of `state` acts with: the run's settings and the state's statistics."""
+    observations = Normalizer(shape, config.clip_observations, config.normalize_observations)
+    observations.shared = state.observation_moments
+    return observations
+
+
+def evaluation(returns: list[float], seed: int) -> exported.Evaluation:
+    """The record of an evaluation whose episode i, seeded `seed` + i, returned `returns[i]`."""
+    return exported.Evaluation(len(returns), seed, float(np.mean(returns)), [float(r) for r in returns])
 
 
 def export_state(
@@ -175,14 +181,15 @@ def export_state(
     source: Episodes,
     preset: str | None,
     replace: bool = False,
+    evaluated: exported.Evaluation | None = None,
 ) -> exported.Metadata:
-    """Export the policy of `state` (restored from `checkpoint`) after evaluating it on `source` as the trainer
-    evaluates (`eval_episodes` episodes on the evaluation seeds)."""
-    observations = Normalizer(source.observation_shape, config.clip_observations, config.normalize_observations)
-    observations.shared = state.observation_moments
-    evaluation = evaluate(
-        source, state.policy, observations, config.eval_episodes, config.seed + topology.EVALUATION_SEED_OFFSET
-    )
+    """Export the policy of `state` (restored from `checkpoint`) with its evaluation as the trainer evaluates
+    (`eval_episodes` episodes on the evaluation seeds): `evaluated`, or else played on `source` now."""
+    observations = acting_observations(config, state, source.observation_shape)
+    if evaluated is None:
+        seed = config.seed + topology.EVALUATION_SEED_OFFSET
+        returns, _ = source.run_episodes(state.policy, observations, config.eval_episodes, seed)
+        evaluated = evaluation(returns, seed)
     metadata = exported.Metadata(
         env_id=config.env_id,
         max_episode_steps=config.max_episode_steps,
@@ -194,7 +201,7 @@ def export_state(
         checkpoint=checkpoint.name,
         global_step=state.global_step,
         env_steps=state.env_steps,
-        evaluation=evaluation,
+        evaluation=evaluated,
     )
     write(out, state.policy, observations, source.action_low, source.action_high, metadata, replace)
     return metadata
@@ -211,7 +218,7 @@ def export_run(
     if not chosen:
         numbers = ", ".join(str(checkpoints.number(path)) for path in found) or "none"
         raise exported.ExportError(f"--checkpoint {number}: no such checkpoint in {logdir} (there are: {numbers})")
-    with LocalEpisodes(config.env_id, config.max_episode_steps) as source:
+    with BatchEnv.for_episodes(config.env_id, config.max_episode_steps, config.eval_episodes) as source:
         learner = Learner(config, vector_size(source.observation_shape), vector_size(source.action_shape))
         try:
             state = checkpoints.restore(learner, chosen[-1])

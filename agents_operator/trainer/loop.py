@@ -4,12 +4,13 @@ Per iteration: `rollout_steps` steps of all `envs_per_worker` environments; GAE 
 `minibatches` Adam steps; one `finish_iteration` session run that counts the steps, pushes the normaliser
 sums and reads the new weights back for acting. Then summaries, metrics, progress, and every
 `eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
-shared env-step counter reaches `total_steps`; a final checkpoint (and evaluation) closes the run, and the
-chief exports the final policy (`export`) and renders its video.
+shared env-step counter reaches `total_steps`; a final checkpoint closes the run, then the chief evaluates the
+final policy and renders its video in one pass (`final`), and exports it (`export`) with that evaluation.
 
 The environments are the worker's own subprocesses (`BatchEnv`) or, with `env_servers`, those of env
-servers (`RemoteBatchEnv`, sampled per step or per rollout); the chief then also evaluates and renders its
-final video on the first server, so the trainer needs no simulator.
+servers (`RemoteBatchEnv`, sampled per step or per rollout). The chief's evaluations play on them too: spread
+over the worker subprocesses, or on the first env server, which also renders the final video, so that the
+trainer needs no simulator.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import numpy as np
 from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
-from agents_operator.trainer import checkpoints, distributed, export, rundir, visualize
+from agents_operator.trainer import checkpoints, distributed, export, final, rundir
 from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
-from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.remote import RemoteBatchEnv
 from agents_operator.trainer.export import Episodes
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
@@ -106,7 +106,8 @@ class _Run:
     chief: bool
     learner: Learner
     env: TrainingEnv
-    episodes: Episodes
+    episodes: BatchEnv | RemoteBatchEnv
+    """Where the chief's evaluations play: the batch's worker processes, or its first env server."""
     outputs: _Outputs
     sampler: samplers.Sampler | samplers.RolloutSampler | None = None
     rng: np.random.Generator | None = None
@@ -135,13 +136,10 @@ class _Run:
         obs_dim, act_dim = vector_size(batch_env.observation_shape), vector_size(batch_env.action_shape)
         learner = Learner(config, obs_dim, act_dim, cluster, target)
         stack.callback(learner.close)
-        episodes = (
-            batch_env if env_servers else stack.enter_context(LocalEpisodes(config.env_id, config.max_episode_steps))
-        )
-        outputs = _Outputs(config, logdir, stream, episodes, chief, metrics_host)
+        outputs = _Outputs(config, logdir, stream, batch_env, chief, metrics_host)
         stack.callback(outputs.close)
         env = TrainingEnv(batch_env, config)
-        return cls(config, logdir, cluster, env_servers, chief, learner, env, episodes, outputs)
+        return cls(config, logdir, cluster, env_servers, chief, learner, env, batch_env, outputs)
 
     def restore(self) -> LearnerState:
         """The run's state from its latest checkpoint, or a fresh one."""
@@ -190,7 +188,7 @@ class _Run:
         result.collect_seconds.append(sampled - begin)
         result.update_seconds.append(updated - sampled)
         done = _finished(state, config, self.cluster)
-        if self.chief and config.eval_every and (state.iterations % config.eval_every == 0 or done):
+        if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not done:
             self.outputs.evaluate(state, self.env.observations)
         if self.chief and (state.iterations % config.checkpoint_every == 0 or done):
             self.outputs.progress.note(f"checkpoint {checkpoints.save(self.learner, self.logdir, state.iterations)}")
@@ -206,19 +204,37 @@ class _Run:
         return state
 
     def end(self, state: LearnerState) -> LearnerState:
-        """Leave the cluster; the chief writes the summary, the export and the final video."""
+        """Leave the cluster; the chief evaluates the final policy and renders its video, and writes the summary
+        and the export."""
         config, progress = self.config, self.outputs.progress
         if self.cluster is not None:
             state = _leave_cluster(self.cluster, self.learner, self.logdir, progress)
         if not self.chief:
             return state
+        evaluated = self.final_pass(state)
         self.outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
         rundir.write_summary(self.logdir, _summary(state, self.outputs.result))
         if config.export:
-            _export(config, self.logdir, state, self.episodes, progress)
-        if config.video_episodes:
-            _final_video(config, self.logdir, progress, self.env_servers.addresses[0] if self.env_servers else None)
+            _export(config, self.logdir, state, self.episodes, progress, evaluated)
         return state
+
+    def final_pass(self, state: LearnerState) -> exported.Evaluation | None:
+        """The final policy's evaluation (recorded as every evaluation, when there are any) and its video
+        (`final.play`); the evaluation, for the export."""
+        config = self.config
+        episodes = config.eval_episodes if config.eval_every or config.export else 0
+        video = self.logdir / rundir.VIDEO if config.video_episodes else None
+        if not episodes and video is None:
+            return None
+        observations = export.acting_observations(config, state, self.episodes.observation_shape)
+        server = self.env_servers.addresses[0] if self.env_servers else None
+        note = self.outputs.progress.note
+        returns, lengths = final.play(config, state.policy, observations, self.episodes, episodes, video, note, server)
+        if not episodes:
+            return None
+        if config.eval_every:
+            self.outputs.record(state, returns, lengths)
+        return export.evaluation(returns, config.seed + topology.EVALUATION_SEED_OFFSET)
 
 
 def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | None) -> BatchEnv | RemoteBatchEnv:
@@ -265,25 +281,20 @@ def _summary(state: LearnerState, result: RunResult) -> dict[str, float]:
     return summary
 
 
-def _export(config: TrainerConfig, logdir: Path, state: LearnerState, source: Episodes, progress: Progress) -> None:
+def _export(
+    config: TrainerConfig,
+    logdir: Path,
+    state: LearnerState,
+    source: Episodes,
+    progress: Progress,
+    evaluated: exported.Evaluation | None,
+) -> None:
     """Write the final policy to exported/ (replacing the one of an earlier end of this run)."""
     out = logdir / exported.DIRECTORY
     checkpoint = checkpoints.list_checkpoints(logdir)[-1]
-    metadata = export.export_state(out, config, state, checkpoint, source, rundir.load_preset(logdir), replace=True)
+    preset = rundir.load_preset(logdir)
+    metadata = export.export_state(out, config, state, checkpoint, source, preset, replace=True, evaluated=evaluated)
     progress.note(f"exported {out}: {checkpoint.name}, evaluation return {metadata.evaluation.mean_return:.1f}")
-
-
-def _final_video(config: TrainerConfig, logdir: Path, progress: Progress, env_server: str | None) -> None:
-    """Render the final policy to videos/final.gif, here or by `env_server`; a failure to render is reported,
-    never fatal."""
-    out = logdir / rundir.VIDEO
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        returns, _ = visualize.render(config, logdir, out, config.video_episodes, env_server)
-    except Exception as error:  # rendering needs display libraries a minimal image may lack
-        progress.note(f"no video: {type(error).__name__}: {error}")
-        return
-    progress.note(f"video {out}: return {', '.join(f'{r:.1f}' for r in returns)}")
 
 
 def _leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:
@@ -318,7 +329,7 @@ class _Outputs:
         config: TrainerConfig,
         logdir: Path,
         stream: TextIO | None,
-        episodes: LocalEpisodes | RemoteBatchEnv,
+        episodes: BatchEnv | RemoteBatchEnv,
         chief: bool = True,
         metrics_host: str = "",
     ):
@@ -388,6 +399,10 @@ class _Outputs:
             self.config.eval_episodes,
             self.config.seed + topology.EVALUATION_SEED_OFFSET,
         )
+        self.record(state, returns, lengths)
+
+    def record(self, state: LearnerState, returns: list[float], lengths: list[int]) -> None:
+        """Report an evaluation of the policy of `state`."""
         mean_return = float(np.mean(returns))
         self.writer.scalars(
             state.env_steps, {"eval/mean_return": mean_return, "eval/mean_length": float(np.mean(lengths))}

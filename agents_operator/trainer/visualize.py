@@ -8,6 +8,8 @@ saved normaliser statistics, exactly as in evaluation. The episodes are played h
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -62,20 +64,26 @@ def render(
 ) -> tuple[list[float], str]:
     """Write `episodes` episodes of the run's latest policy to `out`, played here or by the env server at
     `env_server` (HOST:PORT); returns their returns and the checkpoint's name."""
-    with playback.of_run(config, logdir, env_server, render=True) as player:
+    with playback.of_run(config, logdir, env_server, episodes, render=True) as player:
         return record(player, out, episodes, config.seed), player.name
 
 
 def render_model(directory: Path, out: Path, episodes: int, env_server: str | None = None) -> list[float]:
     """`render` for an exported policy, from the first seed of its recorded evaluation."""
-    with playback.of_model(directory, env_server, render=True) as player:
+    with playback.of_model(directory, env_server, episodes, render=True) as player:
         return record(player, out, episodes, player.seed)
 
 
 def record(player: playback.Player, out: Path, episodes: int, seed: int) -> list[float]:
     """Write the frames of `episodes` episodes of `player` (episode i seeded `seed` + i) to `out`."""
-    fps = player.source.render_fps or _DEFAULT_FPS
-    writer = _Gif(out, fps) if out.suffix == ".gif" else _Mp4(out, fps)
-    returns, _ = player.play(episodes, seed, on_frame=writer.add)
-    writer.close()
+    with writing(out, player.source.render_fps) as on_frame:
+        returns, _ = player.play(episodes, seed, on_frame)
     return returns
+
+
+@contextlib.contextmanager
+def writing(out: Path, fps: float | None) -> Iterator[Callable[[np.ndarray], None]]:
+    """A function that adds a frame to the GIF or MP4 `out`, written once the block ends without an error."""
+    writer = (_Gif if out.suffix == ".gif" else _Mp4)(out, fps or _DEFAULT_FPS)
+    yield writer.add
+    writer.close()

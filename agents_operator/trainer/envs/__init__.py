@@ -6,7 +6,8 @@
   those processes; `shared`: the memory both sides share.
 - `remote`: `RemoteBatchEnv`, the environments of env servers with `BatchEnv`'s interface (the client of
   `envserver`).
-- `episodes`: whole episodes of the deterministic policy on one environment (evaluations, videos).
+- `episodes`: whole episodes of the deterministic policy on one environment (evaluations, videos), each
+  depending only on its seed; `BatchEnv.run_episodes` spreads them over its worker processes.
 
 Between the policy and the simulator, in order from the simulator outwards: the time limit and float32
 observations (`make_env`, in the environment processes); action clipping to the action bounds, which a batch

@@ -8,6 +8,8 @@ episodes end, their returns. Each process's environments are a group that can be
 (`send_step`, `receive_step`); `collect` goes further for the trainer's sampling: each worker gets the
 policy's weights and its rows of a rollout's noise, and runs the whole rollout for its environments
 (`sampling.rollout.run`) with no exchange per step, the policy's cost shared among the workers.
+`run_episodes` spreads evaluation episodes over the workers in the same way: each plays whole episodes on an
+environment of its own, apart from the batch.
 
 Workers are fresh `python -c` interpreters rather than multiprocessing children: spawn and forkserver
 re-import the parent's `__main__` (the trainer, which imports TensorFlow) and fork would copy TensorFlow's
@@ -39,12 +41,13 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from agents_operator.trainer.envs.episodes import Played
 from agents_operator.trainer.envs.make import usable_cpus
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
 from agents_operator.trainer.envs.types import BatchChecks, EnvProcessError, StepResult
@@ -117,6 +120,12 @@ class BatchEnv(BatchChecks):
             self.close()
             raise
 
+    @classmethod
+    def for_episodes(cls, env_id: str, max_episode_steps: int | None, episodes: int) -> BatchEnv:
+        """A batch to play `episodes` evaluation episodes on (`run_episodes`): one process per usable CPU, or per
+        episode when there are fewer, each with one environment."""
+        return cls(env_id, min(episodes, usable_cpus()), envs_per_process=1, max_episode_steps=max_episode_steps)
+
     def reset(self) -> np.ndarray:
         """Reset every environment; returns the first observations, (num_envs, *obs_shape) float32."""
         self._round_trip(lambda worker: ("reset", ()))
@@ -185,6 +194,38 @@ class BatchEnv(BatchChecks):
 
         return Rollout.concatenate(self._round_trip(message))
 
+    def run_episodes(self, policy: NumpyPolicy, observations: Normalizer, episodes: int, seed: int) -> Played:
+        """`episodes.run_episodes` spread over the worker processes: each plays whole episodes of the
+        deterministic policy on an evaluation environment of its own (the batch's episodes go on undisturbed)
+        and is given the next seed when one ends, so up to `num_processes` episodes play at once.
+
+        The same returns and lengths, in episode order, as `LocalEpisodes.run_episodes` for the same policy and
+        seed, whatever the number of processes: an episode depends only on its seed (`episodes`), and the
+        policy acts there as here, on one observation at a time with the same arithmetic.
+        """
+        request = protocol.policy_message(policy, observations)
+        played: list[tuple[float, int]] = [(0.0, 0)] * episodes
+        queue = iter(range(episodes))
+        playing: dict[Connection, tuple[_WorkerHandle, int]] = {}
+
+        def give_next(worker: _WorkerHandle) -> None:
+            episode = next(queue, None)
+            if episode is not None:
+                worker.send(("episode", (request, seed + episode)))
+                playing[worker.connection] = worker, episode
+
+        self._receive_steps()
+        with self._guard():
+            for worker in self._workers:
+                give_next(worker)
+            while playing:
+                # Wake up now and then, so that Ctrl-C gets through; a worker that dies ends its pipe.
+                for connection in wait(list(playing), POLL_SECONDS):
+                    worker, episode = playing.pop(connection)
+                    played[episode] = worker.receive()
+                    give_next(worker)
+        return [total for total, _ in played], [length for _, length in played]
+
     def kill(self) -> None:
         """Kill the worker processes at once; safe from another thread. A call in progress then fails with
         `EnvProcessError` within a poll interval, and the batch is unusable: `close` it."""
@@ -210,13 +251,17 @@ class BatchEnv(BatchChecks):
 
         Workers run concurrently between the two loops. A step in flight is received first.
         """
-        for group, worker in enumerate(self._workers):
-            if worker.stepping:
-                self.receive_step(group)
+        self._receive_steps()
         with self._guard():
             for worker in self._workers:
                 worker.send(message(worker))
             return [worker.receive() for worker in self._workers]
+
+    def _receive_steps(self) -> None:
+        """Receive (and drop) the steps in flight, so that every worker is ready for the next command."""
+        for group, worker in enumerate(self._workers):
+            if worker.stepping:
+                self.receive_step(group)
 
 
 @dataclass
@@ -256,10 +301,8 @@ class _WorkerHandle:
         except (EOFError, OSError):
             raise EnvProcessError(self._death_notice()) from None
         if not ok:
-            index, formatted = result
-            raise EnvProcessError(
-                f"{self.env_id}: environment {index} raised in worker process {self.process.pid}:\n{formatted}"
-            )
+            where, formatted = result
+            raise EnvProcessError(f"{self.env_id}: {where} raised in worker process {self.process.pid}:\n{formatted}")
         return result
 
     def _death_notice(self) -> str:

@@ -2,8 +2,15 @@
 
 `run_episodes` plays them on an environment it is given (an env server's own, in `envserver.server`);
 `LocalEpisodes` on one of this process's, made on first use. `play` runs any deterministic policy, such as an
-exported one (`agents_operator.policy`), the same way. `remote.RemoteBatchEnv.run_episodes` plays the same
-episodes on an env server.
+exported one (`agents_operator.policy`), the same way. `batch.BatchEnv.run_episodes` plays the same episodes
+spread over its worker processes, `remote.RemoteBatchEnv.run_episodes` on an env server.
+
+An episode depends only on the policy and its seed, not on the environment that plays it nor on what that
+environment played before, so that where the episodes run (here, in worker processes, on an env server, in
+any grouping) changes no return. Gymnasium's `reset(seed=...)` reseeds everything an episode draws, but a
+PyBullet environment's first reset builds its scene and every later one restores a state saved then: the
+first episode of a fresh environment differs from the same seed's on a used one in the last digits of its
+return. `make_episode_env` therefore resets every environment once before its first episode.
 """
 
 from __future__ import annotations
@@ -25,6 +32,19 @@ Act = Callable[[np.ndarray], np.ndarray]
 OnFrame = Callable[[np.ndarray], None] | None
 Played = tuple[list[float], list[int]]
 """The returns and lengths of the episodes played."""
+
+
+def make_episode_env(env_id: str, max_episode_steps: int | None, render: bool = False) -> gymnasium.Env:
+    """An environment to play whole episodes on, reset once already (see the module docstring); with `render`,
+    one that renders rgb frames."""
+    if render:
+        # pygame (classic-control rendering) draws on plain surfaces; without a display driver set, SDL
+        # looks for one and complains on stderr. pygame still imports the deprecated pkg_resources.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+    env = make_env(env_id, max_episode_steps, render_mode="rgb_array" if render else None)
+    env.reset()
+    return env
 
 
 def deterministic(policy: NumpyPolicy, observations: Normalizer, low: np.ndarray, high: np.ndarray) -> Act:
@@ -88,12 +108,7 @@ class LocalEpisodes:
 
     @functools.cached_property
     def env(self) -> gymnasium.Env:
-        if self.render:
-            # pygame (classic-control rendering) draws on plain surfaces; without a display driver set, SDL
-            # looks for one and complains on stderr. pygame still imports the deprecated pkg_resources.
-            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
-        return make_env(self.env_id, self.max_episode_steps, render_mode="rgb_array" if self.render else None)
+        return make_episode_env(self.env_id, self.max_episode_steps, self.render)
 
     @property
     def observation_shape(self) -> tuple[int, ...]:

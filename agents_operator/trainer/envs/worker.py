@@ -2,9 +2,10 @@
 
 A worker process is a fresh interpreter that runs `serve`: it makes its environments, steps them through the
 shared memory on the parent's command, and runs whole rollouts of them (`collect`) with the policy the parent
-sends. It catches every exception and sends its traceback back to be re-raised, ignores SIGINT (the parent
-shuts it down) and exits when its pipe reaches end-of-file or its parent changes (checked while it waits and at
-every step of a rollout it runs).
+sends. Apart from them, it plays evaluation episodes of a policy the parent sends (`episode`) on an
+environment of its own, made on first use. It catches every exception and sends its traceback back to be
+re-raised, ignores SIGINT (the parent shuts it down) and exits when its pipe reaches end-of-file or its parent
+changes (checked while it waits and at every step of a rollout it runs).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.make import make_env
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
 from agents_operator.trainer.envs.types import StepResult
@@ -36,12 +38,13 @@ class _Worker:
         self._envs: list[gym.Env] = []
         self._seeds: list[int | None] = []
         self._first_index = 0
-        self._current = 0
+        self._current: int | None = 0  # the environment in use; None: the evaluation environment
 
     def start(
         self, env_id: str, max_episode_steps: int | None, first_index: int, seed: int, count: int
     ) -> tuple[gym.Space, gym.Space]:
         self._first_index = first_index
+        self._evaluation = LocalEpisodes(env_id, max_episode_steps)
         for index in range(count):
             self._current = index
             self._envs.append(make_env(env_id, max_episode_steps))
@@ -88,8 +91,21 @@ class _Worker:
         observations, first_acting = self._shared.observations.copy(), message["first_acting"]
         return run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
 
-    def failure(self) -> tuple[int, str]:
-        return self._first_index + self._current, traceback.format_exc()
+    def episode(self, message: dict[str, Any], seed: int) -> tuple[float, int]:
+        """The return and length of one evaluation episode (`episodes.run_episodes`, seeded `seed`) of the
+        message's policy, on this process's evaluation environment: the batch's episodes go on undisturbed."""
+        self._current = None
+        policy, normalizer = protocol.parse_policy(message, self._shared.observations.shape[1:])
+        (total,), (length,) = self._evaluation.run_episodes(policy, normalizer, 1, seed)
+        return total, length
+
+    def failure(self) -> tuple[str, str]:
+        where = (
+            "the evaluation environment"
+            if self._current is None
+            else f"environment {self._first_index + self._current}"
+        )
+        return where, traceback.format_exc()
 
 
 class _OwnEnvs:
