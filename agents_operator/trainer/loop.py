@@ -51,7 +51,7 @@ class RunResult:
     sampling_steps: int = 0
     collect_seconds: list[float] = field(default_factory=list)  # each iteration's sampling phase, in order
     update_seconds: list[float] = field(default_factory=list)  # each iteration's update, in order
-    evaluation_seconds: float = 0.0  # spent in the evaluations, all together
+    evaluation_seconds: float = 0.0  # spent in the evaluations, all together (the final one and its video too)
     wall_seconds: float = 0.0
 
     @property
@@ -229,7 +229,9 @@ class _Run:
         observations = export.acting_observations(config, state, self.episodes.observation_shape)
         server = self.env_servers.addresses[0] if self.env_servers else None
         note = self.outputs.progress.note
+        started = time.monotonic()
         returns, lengths = final.play(config, state.policy, observations, self.episodes, episodes, video, note, server)
+        self.outputs.result.evaluation_seconds += time.monotonic() - started
         if not episodes:
             return None
         if config.eval_every:
@@ -399,6 +401,7 @@ class _Outputs:
             self.config.eval_episodes,
             self.config.seed + topology.EVALUATION_SEED_OFFSET,
         )
+        self.result.evaluation_seconds += time.monotonic() - started
         self.record(state, returns, lengths)
 
     def record(self, state: LearnerState, returns: list[float], lengths: list[int]) -> None:
@@ -409,7 +412,6 @@ class _Outputs:
         )
         self.metrics.eval_return.set(mean_return)
         self.result.evaluations.append((state.env_steps, mean_return))
-        self.result.evaluation_seconds += time.monotonic() - started
         self.progress.note(f"eval at {state.env_steps} steps: return {mean_return:.1f} +- {np.std(returns):.1f}")
 
     def close(self) -> None:
