@@ -51,7 +51,19 @@ def _manifest(tmp_path: Path) -> Path:
 
 def _start_local(tmp_path: Path, *options: str) -> subprocess.Popen:
     argv = [PY, "-m", "agents_operator", "local", str(_manifest(tmp_path)), "--no-video", *options]
-    return subprocess.Popen([*argv, "--logdir", str(tmp_path / "run")], stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints where a stuck launcher is
+    return subprocess.Popen([*argv, "--logdir", str(tmp_path / "run")], stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _stop(launcher: subprocess.Popen, timeout: float) -> None:
+    """SIGINT, as Ctrl-C; a launcher that has not ended after `timeout` s fails the test with its stacks."""
+    launcher.send_signal(signal.SIGINT)
+    try:
+        launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        launcher.send_signal(signal.SIGABRT)
+        _, stderr = launcher.communicate(timeout=30)
+        raise AssertionError(f"the launcher did not stop within {timeout} s of SIGINT:\n{stderr}") from None
 
 
 def _reachable_from_elsewhere(address, names: set[str]) -> bool:
@@ -80,10 +92,9 @@ def test_nothing_a_local_run_serves_is_reachable_from_another_machine(tmp_path):
         assert exposed == {pid: [] for pid in [launcher.pid, *replicas]}
         assert all(interfaces(pid) == {"lo"} for pid in replicas)
     finally:
-        launcher.send_signal(signal.SIGINT)
         # The stand-ins ignore SIGTERM, so the launcher waits out its grace period before it SIGKILLs them;
         # how fast a stop is, is test_launcher's concern, not this test's.
-        launcher.communicate(timeout=local.STOP_GRACE_SECONDS + 60)
+        _stop(launcher, local.STOP_GRACE_SECONDS + 60)
 
 
 def test_sigkill_of_the_launcher_ends_every_replica_within_seconds(tmp_path):
