@@ -52,7 +52,19 @@ def _manifest(tmp_path: Path) -> Path:
 def _start_local(tmp_path: Path, *options: str) -> subprocess.Popen:
     argv = [PY, "-m", "agents_operator", "local", str(_manifest(tmp_path)), "--no-video", *options]
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints where a stuck launcher is
-    return subprocess.Popen([*argv, "--logdir", str(tmp_path / "run")], stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [*argv, "--logdir", str(tmp_path / "run")],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_as_in_a_terminal,
+    )
+
+
+def _as_in_a_terminal() -> None:
+    """Ctrl-C reaches the launcher as in a terminal, even when the tests were started in the background: a shell
+    without job control starts background commands with SIGINT ignored, and Python then keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop(launcher: subprocess.Popen, timeout: float) -> None:
