@@ -206,9 +206,11 @@ def test_ctrl_c_stops_every_process(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.5)
-    children = _descendants(proc.pid)
-    assert len(children) >= 5  # ps, two workers, their two sleeps
+    deadline = time.monotonic() + 30
+    while len(children := _descendants(proc.pid)) < 5 and time.monotonic() < deadline:  # ps, two workers, two sleeps
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    assert len(children) >= 5, children
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
