@@ -23,6 +23,11 @@ metrics off, `--train-iterations` iterations, the first rollout included), as th
 between raw and parallel raw measurements before and after it: training_ratio = its sampling rate over
 raw x cores (the best raw loop of the whole measurement), training_efficiency = over the mean of the two
 parallel raw measurements around it, and each iteration's sampling rate (collect_steps_per_s, in order).
+training_simulation_share is the run's own `perf/simulation_share` over those phases: the share of the
+worker processes' time that went to stepping the environments (the simulator, with the policy's actions),
+the rest being the sampler's cost (acting, normalising, exchanges, waiting). Below training_ratio's 1, it
+tells what the sampler could still gain (1 - share) from what the simulator costs under the policy being
+trained, which can differ from its cost under random actions that the raw loops measure.
 
     .venv/bin/python benchmarks/sampling.py --envs 16 --seconds 5 --train-iterations 4
 """
@@ -166,7 +171,15 @@ def training_rates(config: TrainerConfig, args: argparse.Namespace, cores: int) 
         "training_ratio": round(rate / (raw * cores), 3),
         "training_efficiency": round(rate / ((before[1] + after[1]) / 2), 3),
         "collect_steps_per_s": [round(per_iteration / seconds) for seconds in result.collect_seconds],
+        "training_simulation_share": round(_simulation_share(result), 3),
     }
+
+
+def _simulation_share(result: loop.RunResult) -> float:
+    """The run's `perf/simulation_share` over all its sampling phases (each weighted by its seconds)."""
+    phases = zip(result.simulation_shares, result.collect_seconds, strict=True)
+    timed = [(share, seconds) for share, seconds in phases if share is not None]
+    return sum(share * seconds for share, seconds in timed) / sum(seconds for _, seconds in timed)
 
 
 def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, float | int | str]:

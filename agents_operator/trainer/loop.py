@@ -36,6 +36,7 @@ from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.sampling import samplers
+from agents_operator.trainer.sampling.rollout import simulation_share
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from agents_operator.trainer.summaries import SummaryWriter
 
@@ -51,6 +52,7 @@ class RunResult:
     sampling_steps: int = 0
     collect_seconds: list[float] = field(default_factory=list)  # each iteration's sampling phase, in order
     update_seconds: list[float] = field(default_factory=list)  # each iteration's update, in order
+    simulation_shares: list[float | None] = field(default_factory=list)  # each sampling phase's `simulation_share`
     evaluation_seconds: float = 0.0  # spent in the evaluations, all together (the final one and its video too)
     wall_seconds: float = 0.0
 
@@ -187,6 +189,7 @@ class _Run:
         result.sampling_steps += len(batch)
         result.collect_seconds.append(sampled - begin)
         result.update_seconds.append(updated - sampled)
+        result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, sampled - begin))
         done = _finished(state, config, self.cluster)
         if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not done:
             self.outputs.evaluate(state, self.env.observations)
@@ -200,6 +203,7 @@ class _Run:
             steps=len(batch),
             sampling_seconds=sampled - begin,
             seconds=time.monotonic() - begin,
+            simulation=result.simulation_shares[-1],
         )
         return state
 
@@ -353,6 +357,7 @@ class _Outputs:
         steps: int,
         sampling_seconds: float,
         seconds: float,
+        simulation: float | None,
     ) -> None:
         mean_return = float(np.mean(episode_returns)) if episode_returns else None
         if mean_return is not None:
@@ -375,6 +380,8 @@ class _Outputs:
             "perf/sampling_steps_per_second": steps / sampling_seconds,
             "perf/ps_share": _ps_share(losses),
         }
+        if simulation is not None:
+            values["perf/simulation_share"] = simulation
         if mean_return is not None:
             values["train/mean_return"] = mean_return
             values["train/mean_length"] = float(np.mean(episode_lengths))

@@ -30,6 +30,8 @@ TAGS = {
     "optimizer/grad_norm": "global gradient norm before clipping",
     "perf/env_steps_per_second": "environment steps per second of the whole iteration (sampling + update)",
     "perf/sampling_steps_per_second": "environment steps per second while sampling only",
+    "perf/simulation_share": "share of the sampling processes' time spent stepping the environments (the rest: "
+    "acting, normalising, exchanges, waiting); absent where the policy acts in the trainer over env servers",
     "perf/ps_share": "share of the update spent with the shared variables: pull, push (in sync mode this "
     "includes waiting for the other workers) and the closing read, against the local PPO epochs",
 }

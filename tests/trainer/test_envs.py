@@ -24,6 +24,7 @@ from agents_operator.trainer.envs.make import make_env, usable_cpus
 from agents_operator.trainer.envs.types import EnvProcessError
 from agents_operator.trainer.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
+from agents_operator.trainer.sampling import rollout as rollout_module
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,7 +61,17 @@ class RaisingEnv(EchoEnv):
         return super().step(action)
 
 
+class SlowEnv(EchoEnv):
+    """Takes `STEP_SECONDS` a step, as a simulator would."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(STEP_SECONDS)
+        return super().step(action)
+
+
+STEP_SECONDS = 0.004
 gym.register("BatchEnvTestEcho-v0", entry_point=f"{__name__}:EchoEnv")
+gym.register("BatchEnvTestSlow-v0", entry_point=f"{__name__}:SlowEnv")
 gym.register("BatchEnvTestRaising-v0", entry_point=f"{__name__}:RaisingEnv")
 ECHO = f"{__name__}:BatchEnvTestEcho-v0"
 PID = 4  # column of EchoEnv's observation holding the worker's pid (exact in float32 below 2**24)
@@ -258,6 +269,30 @@ def test_an_exception_during_a_rollout_surfaces_its_traceback() -> None:
         assert "environment 0 raised" in message and "ZeroDivisionError: the test environment fails" in message
         with pytest.raises(RuntimeError, match="unusable"):
             env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+
+
+def test_a_rollout_says_how_long_each_process_simulated() -> None:
+    """Each worker process times its environments' steps during a rollout: at least the steps' own time, never
+    more than the rollout's wall time; `simulation_share` relates them (the tiny policy costs next to nothing)."""
+    policy = NumpyPolicy(
+        [(np.zeros((5, 2), np.float32), np.zeros(2, np.float32))],
+        np.zeros(2, np.float32),
+        [(np.zeros((5, 1), np.float32), np.zeros(1, np.float32))],
+        "tanh",
+    )
+    steps = 25
+    with BatchEnv(f"{__name__}:BatchEnvTestSlow-v0", num_envs=3, envs_per_process=2) as env:
+        env.reset()
+        begin = time.perf_counter()
+        rollout = env.collect(policy, Normalizer((5,), clip=10.0), np.zeros((steps, 3, 2), np.float32))
+        wall = time.perf_counter() - begin
+    first, second = rollout.simulation_seconds.tolist()  # 2 environments, then 1
+    assert first >= 2 * steps * STEP_SECONDS and second >= steps * STEP_SECONDS
+    assert max(first, second) <= wall
+    assert rollout_module.simulation_share(rollout.simulation_seconds, wall) == pytest.approx(
+        (first + second) / 2 / wall
+    )
+    assert rollout_module.simulation_share(np.zeros(0), wall) is None
 
 
 def test_a_killed_worker_is_reported() -> None:

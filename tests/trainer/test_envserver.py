@@ -384,6 +384,7 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
             episode_returns=ended[:, 2],
             episode_lengths=np.full(len(ended), 7, np.int64),
             restarted=np.full(num_envs, num_envs == 1),
+            simulation_seconds=np.full(num_envs, 0.5 * num_envs),
         )
 
     merged = Rollout.concatenate([part(2, [(1, 0, -1.0), (3, 1, -2.0)]), part(1, [(0, 0, -3.0), (3, 0, -4.0)])])
@@ -391,6 +392,11 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
     assert merged.episode_returns.tolist() == [-3.0, -1.0, -2.0, -4.0]  # by step, then environment
     assert merged.episode_envs.tolist() == [2, 0, 1, 2] and merged.episode_steps.tolist() == [0, 1, 3, 3]
     assert merged.restarted.tolist() == [False, False, True]
+    assert merged.simulation_seconds.tolist() == [1.0, 1.0, 0.5]  # per simulating process, in order
+    message = part(2, []).to_message()
+    assert message.pop("simulation_seconds").tolist() == [1.0, 1.0]
+    older = Rollout.from_message(message)  # an env server that does not time its simulation
+    assert older.simulation_seconds.shape == (0,) and older.restarted.tolist() == [False, False]
 
 
 def test_rollout_mode_resends_a_rollout_to_a_restarted_server() -> None:

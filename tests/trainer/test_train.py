@@ -48,6 +48,8 @@ def test_train_resume_plot_and_visualize(tmp_path, capsys):
     assert read_scalars(logdir, "train/mean_length") == [(128 * i, 50.0) for i in range(1, 5)]
     for tag in ("loss/policy", "loss/value", "policy/kl", "policy/clipfrac", "optimizer/learning_rate"):
         assert len(read_scalars(logdir, tag)) == 4, tag
+    shares = [share for _, share in read_scalars(logdir, "perf/simulation_share")]
+    assert len(shares) == 4 and all(0 < share <= 1 for share in shares)
     final = rundir.load_summary(logdir)
     assert (final["env_steps"], final["iterations"]) == (512, 4)
     assert final["eval_mean_return"] == pytest.approx(evaluations[-1][1], rel=1e-6)

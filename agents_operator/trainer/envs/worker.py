@@ -14,6 +14,7 @@ import mmap
 import os
 import pickle
 import signal
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -39,6 +40,7 @@ class _Worker:
         self._seeds: list[int | None] = []
         self._first_index = 0
         self._current: int | None = 0  # the environment in use; None: the evaluation environment
+        self.simulation_seconds = 0.0  # spent in `step`, all steps together
 
     def start(
         self, env_id: str, max_episode_steps: int | None, first_index: int, seed: int, count: int
@@ -67,6 +69,7 @@ class _Worker:
         self._shared.final_observations[:] = self._shared.observations
 
     def step(self) -> tuple[list[float], list[int]]:
+        begin = time.perf_counter()
         shared, returns, lengths = self._shared, [], []
         for index, env in enumerate(self._envs):
             self._current = index
@@ -83,13 +86,17 @@ class _Worker:
                 self._returns[index], self._lengths[index] = 0.0, 0
                 observation = env.reset()[0]
             shared.observations[index] = observation
+        self.simulation_seconds += time.perf_counter() - begin
         return returns, lengths
 
     def collect(self, message: dict[str, Any]) -> Rollout:
         """A rollout of this process's environments from where they are, acting with the message's policy."""
         policy, normalizer = protocol.parse_policy(message, self._shared.observations.shape[1:])
         observations, first_acting = self._shared.observations.copy(), message["first_acting"]
-        return run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
+        before = self.simulation_seconds
+        rollout = run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
+        rollout.simulation_seconds = np.array([self.simulation_seconds - before])
+        return rollout
 
     def episode(self, message: dict[str, Any], seed: int) -> tuple[float, int]:
         """The return and length of one evaluation episode (`episodes.run_episodes`, seeded `seed`) of the

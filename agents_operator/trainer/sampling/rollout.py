@@ -71,14 +71,24 @@ class Rollout:
     restarted: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     """(n,) bool, set by the client: environments whose server was reset before this rollout after a
     failure; the episode they were in was discarded and observations[0] starts a new one."""
+    simulation_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """(P,) float64: for each process that simulated the rollout's environments and acted for them (a
+    `BatchEnv` worker process, here or in an env server), the seconds it spent stepping them, resets
+    included; empty where the policy acted elsewhere (`run` over env servers in step mode). Against the
+    rollout's wall time it says how much of sampling was the simulator itself (`simulation_share`)."""
+
+    OPTIONAL = ("restarted", "simulation_seconds")
+    """Fields a message may lack: `restarted` is the client's own, and env servers of earlier versions do
+    not time their simulation."""
 
     def to_message(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "restarted"}
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Rollout:
-        rollout = cls(**{f.name: message[f.name] for f in fields(cls) if f.name != "restarted"})
+        rollout = cls(**{f.name: message[f.name] for f in fields(cls) if f.name not in cls.OPTIONAL})
         rollout.restarted = np.zeros(rollout.rewards.shape[1], bool)
+        rollout.simulation_seconds = np.asarray(message.get("simulation_seconds", ()), np.float64).reshape(-1)
         return rollout
 
     @classmethod
@@ -87,7 +97,8 @@ class Rollout:
         time_major = ("observations", "actions", "log_probs", "means", "values", "rewards", "terminated")
         time_major += ("truncated", "final_values")
         merged = {name: np.concatenate([getattr(part, name) for part in parts], axis=1) for name in time_major}
-        for name in ("last_values", "restarted", "episode_steps", "episode_returns", "episode_lengths"):
+        per_env = ("last_values", "restarted", "simulation_seconds")
+        for name in (*per_env, "episode_steps", "episode_returns", "episode_lengths"):
             merged[name] = np.concatenate([getattr(part, name) for part in parts])
         offsets = np.cumsum([0] + [part.rewards.shape[1] for part in parts[:-1]])
         merged["episode_envs"] = np.concatenate([p.episode_envs + o for p, o in zip(parts, offsets, strict=True)])
@@ -184,3 +195,12 @@ def run(
         episode_lengths=np.array(episode_lengths, np.int64),
         restarted=np.zeros(n, bool),
     )
+
+
+def simulation_share(simulation_seconds: np.ndarray, seconds: float) -> float | None:
+    """The share of the simulating processes' time, during a sampling phase of `seconds`, that went to stepping
+    the environments (`Rollout.simulation_seconds`; the rest: acting, normalising, exchanges, waiting);
+    None when no process timed it."""
+    if not len(simulation_seconds) or seconds <= 0:
+        return None
+    return float(simulation_seconds.sum() / (seconds * len(simulation_seconds)))

@@ -31,12 +31,14 @@ class Sampler:
         self.rng = rng
         self.raw_observations = env.reset()
         self.observations = env.observations.normalize(self.raw_observations)
+        self.simulation_seconds = np.zeros(0)  # the last rollout's (`Rollout.simulation_seconds`)
 
     def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
         """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
         shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
         noise = self.rng.standard_normal(shape, dtype=np.float32)
         rollout = self._rollout(policy, noise)
+        self.simulation_seconds = rollout.simulation_seconds
         result = to_batch(rollout, self.env, policy, self.config, self.observations)
         self.raw_observations = rollout.observations[-1]
         self.observations = self.env.observations.normalize(self.raw_observations)
@@ -65,12 +67,14 @@ class RolloutSampler:
         self.config = config
         self.rng = rng
         env.reset()
+        self.simulation_seconds = np.zeros(0)  # the last rollout's (`Rollout.simulation_seconds`)
 
     def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
         """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
         shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
         noise = self.rng.standard_normal(shape, dtype=np.float32)
         rollout = self.env.env.collect(policy, self.env.observations, noise)
+        self.simulation_seconds = rollout.simulation_seconds
         return to_batch(rollout, self.env, policy, self.config)
 
 
