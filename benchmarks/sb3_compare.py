@@ -7,11 +7,13 @@ for `--steps` env steps (`--quick`: one update of the preset, a few thousand ste
 rollout of its own setting, so its count may be larger, and every rate is of the steps actually taken) and is
 then evaluated the same way: the trainer's `episodes.play`, `eval_episodes` episodes of the deterministic
 policy (the Gaussian's mean on the normalised observation, clipped to the action bounds) with the trainer's
-evaluation seeds, on an environment of the trainer's `make_env`. Reported per setting (medians over the
-rounds): end-to-end env steps/s (start-up included, the final evaluation not), the sampling and update seconds
-and their rates, the rest of the wall time (`other_s`: start-up, checkpoints), the evaluation return; and per
-task and SB3 setting the ratios ours / SB3 of the three rates (higher: ours faster) and the difference of the
-returns.
+evaluation seeds, on an environment of the trainer's `make_env`. Round i runs every setting with seed `--seed`
++ i. Reported per setting (medians over the rounds): end-to-end env steps/s (start-up included, the final
+evaluation not), the sampling and update seconds and their rates, the rest of the wall time (`other_s`:
+start-up, checkpoints), the evaluation return of each round and their mean; for this trainer also the run's
+`perf/simulation_share` over its sampling phases (the share of its environment processes' time spent in the
+simulator); and per task and SB3 setting the ratios ours / SB3 of the three rates (higher: ours faster) and the
+difference of the mean returns.
 
 SB3 runs in a subprocess (`sb3_runner.py`) in its own venv, so this process never imports torch:
 `benchmarks/.venv-sb3` (git-ignored; `--venv` for another), created on first use or by `--setup`, with
@@ -275,12 +277,15 @@ def run_ours(config: TrainerConfig) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as scratch:
         result = loop.train(config, Path(scratch) / "run")
+    shares = [share or 0.0 for share in result.simulation_shares]  # colocated sampling: every phase is timed
     return {
         "env_steps": result.env_steps,
         "wall_s": result.wall_seconds - result.evaluation_seconds,
         "sampling_s": result.sampling_seconds,
         "update_s": sum(result.update_seconds),
         "eval_return": result.evaluations[-1][1],
+        "simulation_share": sum(share * s for share, s in zip(shares, result.collect_seconds, strict=True))
+        / result.sampling_seconds,
     }
 
 
@@ -301,14 +306,18 @@ RATES = {"steps_per_s": "wall_s", "sampling_steps_per_s": "sampling_s", "update_
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the rounds of one setting's runs."""
+    """Medians over the rounds of one setting's runs; the evaluation returns of every round (one seed each) and
+    their mean."""
     summary: dict[str, Any] = {"env_steps": statistics.median(run["env_steps"] for run in runs)}
     for rate, seconds in RATES.items():
         summary[seconds] = round(statistics.median(run[seconds] for run in runs), 2)
         summary[rate] = round(statistics.median(run["env_steps"] / run[seconds] for run in runs), 1)
     other = statistics.median(run["wall_s"] - run["sampling_s"] - run["update_s"] for run in runs)
     summary["other_s"] = round(other, 2)  # start-up, checkpoints
-    summary["eval_return"] = round(statistics.median(run["eval_return"] for run in runs), 1)
+    summary["eval_returns"] = [round(run["eval_return"], 1) for run in runs]
+    summary["eval_return"] = round(statistics.fmean(run["eval_return"] for run in runs), 1)
+    if "simulation_share" in runs[0]:
+        summary["simulation_share"] = round(statistics.median(run["simulation_share"] for run in runs), 3)
     if "torch_threads" in runs[0]:
         summary["torch_threads"] = runs[0]["torch_threads"]
     return summary
@@ -323,18 +332,20 @@ def ratios(ours: dict[str, Any], sb3: dict[str, Any]) -> dict[str, float]:
 
 
 def compare(config: TrainerConfig, rounds: int, python: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """One task, interleaved: ours, SB3 identical, SB3 zoo, `rounds` times; its record and SB3's versions."""
-    settings = {"sb3_identical": identical(config), "sb3_zoo": zoo(config)}
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], **{name: [] for name in settings}}
-    for _ in range(rounds):
-        runs["ours"].append(run_ours(config))
-        for name, setting in settings.items():
+    """One task, interleaved: ours, SB3 identical, SB3 zoo, `rounds` times, round i with seed `config.seed` + i;
+    its record and SB3's versions."""
+    names = ("sb3_identical", "sb3_zoo")
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], **{name: [] for name in names}}
+    for round_index in range(rounds):
+        seeded = config.model_copy(update={"seed": config.seed + round_index})
+        runs["ours"].append(run_ours(seeded))
+        for name, setting in zip(names, (identical(seeded), zoo(seeded)), strict=True):
             runs[name].append(run_sb3(python, setting))
     summaries = {name: summarise(found) for name, found in runs.items()}
     record = {
         "env_id": config.env_id,
         **summaries,
-        "ratios": {name: ratios(summaries["ours"], summaries[name]) for name in settings},
+        "ratios": {name: ratios(summaries["ours"], summaries[name]) for name in names},
         "differences": differences(config),
     }
     return record, runs["sb3_zoo"][-1]["versions"]
@@ -352,9 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=refereed, help="presets to compare")
     parser.add_argument("--steps", type=int, help="env steps each run trains for (default 100000)")
     parser.add_argument("--quick", action="store_true", help="one update of each preset, 2 episodes, 1 round")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds per task (default 2)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per task, one seed each (default 2)")
     parser.add_argument("--eval-episodes", type=int, help="episodes of the final evaluation (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first round's seed; round i runs seed + i")
     parser.add_argument("--venv", type=Path, default=VENV, help=f"the SB3 venv (default {VENV.relative_to(ROOT)})")
     parser.add_argument("--setup", action="store_true", help="(re)create the SB3 venv, then exit")
     return parser

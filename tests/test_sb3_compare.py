@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,27 @@ def test_the_sb3_venv_shares_the_trainers_pins():
     pins = sb3_compare.shared_pins()
     assert [pin.split("==")[0] for pin in pins] == list(sb3_compare.SHARED_WITH_TRAINER)
     assert all(f"\n{pin} " in lock for pin in pins)
+
+
+def test_each_round_runs_every_setting_with_its_own_seed(monkeypatch):
+    """Round i trains every setting with seed + i; the record keeps each round's return and their mean."""
+    seen: list[tuple[str, int]] = []
+
+    def fake_run(name: str, seed: int, eval_return: float) -> dict:
+        seen.append((name, seed))
+        return {"env_steps": 100, "wall_s": 2.0, "sampling_s": 1.0, "update_s": 0.5, "eval_return": eval_return}
+
+    def ours(config):
+        return {**fake_run("ours", config.seed, -100.0 * config.seed), "simulation_share": 0.9}
+
+    def sb3(python, setting):
+        name = "zoo" if setting["threads"] is None else "identical"
+        return {**fake_run(name, setting["seed"], -150.0), "torch_threads": 1, "versions": {}}
+
+    monkeypatch.setattr(sb3_compare, "run_ours", ours)
+    monkeypatch.setattr(sb3_compare, "run_sb3", sb3)
+    record, _ = sb3_compare.compare(sb3_compare.our_config("pendulum", 1000, 2, seed=5), 3, Path("python"))
+    assert seen == [(name, seed) for seed in (5, 6, 7) for name in ("ours", "identical", "zoo")]
+    assert record["ours"]["eval_returns"] == [-500.0, -600.0, -700.0] and record["ours"]["eval_return"] == -600.0
+    assert record["ours"]["simulation_share"] == 0.9
+    assert record["ratios"]["sb3_identical"]["eval_return_difference"] == -450.0
