@@ -44,6 +44,8 @@ first rollout unnormalised). The JSON lists these per task under `differences`.
       gamma 0.99, gae_lambda 0.9, n_epochs 20, ent_coef 0.0, sde_sample_freq 4, max_grad_norm 0.5, vf_coef 0.5,
       learning_rate 3e-5, use_sde True, clip_range 0.4, policy_kwargs "dict(log_std_init=-2, ortho_init=False,
       activation_fn=nn.ReLU, net_arch=dict(pi=[256, 256], vf=[256, 256]))"
+    HopperBulletEnv-v0: the HalfCheetahBulletEnv-v0 entry ("<<: *pybullet-defaults") with the same learning rate
+      and policy_kwargs and clip_range lin_0.4 (`clip_schedule` linear: 0.4 annealed to 0 over the run)
 
 Everything else is SB3's default (Pendulum's batch_size 64, 64x64 tanh networks; `normalize: true` is
 VecNormalize with its defaults, whose gamma 0.99 is the entry's). The zoo's train.py leaves torch its default
@@ -128,6 +130,7 @@ ZOO: dict[str, dict[str, Any]] = {
         },
     },
 }
+ZOO["HopperBulletEnv-v0"] = {**ZOO["HalfCheetahBulletEnv-v0"], "clip_schedule": "linear"}
 """rl-baselines3-zoo's settings (see the module docstring), in `sb3_runner.py`'s terms: `normalize` is the
 keyword arguments of VecNormalize (None: none), `activation` names the activation_fn."""
 

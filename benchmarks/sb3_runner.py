@@ -5,9 +5,12 @@ this project), with the project root on PYTHONPATH: the environments are made by
 (same ids, float32 observations, time limit) and the evaluation is the trainer's own `episodes.play`, so both
 sides are scored the same way. It reads the setting as one JSON object on standard input (what
 `sb3_compare.identical` and `sb3_compare.zoo` return) and prints {"env_steps", "wall_s", "sampling_s",
-"update_s", "evaluation_s", "eval_returns", "versions", "torch_threads"}. `wall_s` runs from making the
-environments to the end of `learn`; `sampling_s` is the time inside rollout collection (GAE included, as in the
-trainer's sampling phase), `update_s` the time between rollouts (the gradient steps).
+"update_s", "evaluation_s", "eval_returns", "evaluations", "versions", "torch_threads"}. `wall_s` runs from
+making the environments to the end of `learn`, evaluations during training excluded; `sampling_s` is the time
+inside rollout collection (GAE included, as in the trainer's sampling phase), `update_s` the time between
+rollouts (the gradient steps). With "evaluate_every" (env steps) in the setting, the policy is also evaluated
+during training, at the end of the first rollout past each multiple: `evaluations` lists [env steps, mean
+return, training seconds before it], and with "target" training stops at the first mean return at or above it.
 
     PYTHONPATH=. benchmarks/.venv-sb3/bin/python benchmarks/sb3_runner.py < setting.json
 """
@@ -56,8 +59,40 @@ class PhaseTimer(BaseCallback):
     def _on_training_end(self) -> None:
         self.update += self._lap()
 
+    def skip(self, seconds: float) -> None:
+        """Leave out `seconds` just spent on something else (an evaluation) from the phase under way."""
+        if self._mark is not None:
+            self._mark += seconds
+
     def _on_step(self) -> bool:
         return True
+
+
+class Evaluations(BaseCallback):
+    """Evaluates the policy every `every` env steps (at the end of a rollout), stops at `target`; the time spent
+    evaluating is kept apart, so that `seconds` is training time only."""
+
+    def __init__(self, spec: dict, started: float, timer: PhaseTimer) -> None:
+        super().__init__()
+        self.spec, self.started, self.timer = spec, started, timer
+        self.every, self.target = spec.get("evaluate_every"), spec.get("target")
+        self.found: list[list[float]] = []
+        self.seconds = 0.0  # spent evaluating
+        self._reached = False
+
+    def _on_rollout_end(self) -> None:
+        if not self.every or self.num_timesteps < self.every * (len(self.found) + 1):
+            return
+        begin = time.monotonic()
+        mean = float(np.mean(evaluate(self.model, self.spec)))
+        self.found.append([self.num_timesteps, mean, begin - self.started - self.seconds])
+        spent = time.monotonic() - begin
+        self.seconds += spent
+        self.timer.skip(spent)
+        self._reached = self.target is not None and mean >= self.target
+
+    def _on_step(self) -> bool:
+        return not self._reached
 
 
 def learning_rate(spec: dict) -> float | Callable[[float], float]:
@@ -84,6 +119,9 @@ def build(spec: dict) -> PPO:
     if "activation" in policy:
         policy["activation_fn"] = ACTIVATIONS[policy.pop("activation")]
     ppo = {**spec["ppo"], "learning_rate": learning_rate(spec)}
+    if spec.get("clip_schedule") == "linear":  # the zoo's "lin_<x>": from x to 0 over the run
+        start = ppo["clip_range"]
+        ppo["clip_range"] = lambda remaining: start * remaining
     return PPO("MlpPolicy", env, seed=spec["seed"], device="cpu", policy_kwargs=policy, verbose=0, **ppo)
 
 
@@ -108,8 +146,9 @@ def run(spec: dict) -> dict:
     started = time.monotonic()
     model = build(spec)
     timer = PhaseTimer()
-    model.learn(total_timesteps=spec["steps"], callback=timer)
-    wall = time.monotonic() - started
+    evaluations = Evaluations(spec, started, timer)
+    model.learn(total_timesteps=spec["steps"], callback=[timer, evaluations])
+    wall = time.monotonic() - started - evaluations.seconds
     returns = evaluate(model, spec)
     evaluated = time.monotonic() - started - wall
     model.get_env().close()
@@ -120,6 +159,7 @@ def run(spec: dict) -> dict:
         "update_s": timer.update,
         "evaluation_s": evaluated,
         "eval_returns": returns,
+        "evaluations": evaluations.found,
         "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__},
         "torch_threads": torch.get_num_threads(),
     }

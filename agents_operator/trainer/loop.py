@@ -54,6 +54,8 @@ class RunResult:
     update_seconds: list[float] = field(default_factory=list)  # each iteration's update, in order
     simulation_shares: list[float | None] = field(default_factory=list)  # each sampling phase's `simulation_share`
     evaluation_seconds: float = 0.0  # spent in the evaluations, all together (the final one and its video too)
+    evaluated_after: list[float] = field(default_factory=list)  # per evaluation: the run's seconds before it,
+    # start-up included, evaluations excluded
     wall_seconds: float = 0.0
 
     @property
@@ -94,6 +96,7 @@ def train(
     result = run.outputs.result
     result.env_steps, result.iterations = state.env_steps, state.iterations
     result.wall_seconds = time.monotonic() - started
+    result.evaluated_after = [clock - started for clock in run.outputs.evaluation_clock]
     return result
 
 
@@ -347,6 +350,7 @@ class _Outputs:
         self.progress = Progress(config.total_steps, stream)
         self.result = RunResult(0, 0)
         self._last: tuple[float, int] | None = None
+        self.evaluation_clock: list[float] = []  # per evaluation, time.monotonic() less the evaluations so far
 
     def iteration(
         self,
@@ -419,6 +423,7 @@ class _Outputs:
         )
         self.metrics.eval_return.set(mean_return)
         self.result.evaluations.append((state.env_steps, mean_return))
+        self.evaluation_clock.append(time.monotonic() - self.result.evaluation_seconds)
         self.progress.note(f"eval at {state.env_steps} steps: return {mean_return:.1f} +- {np.std(returns):.1f}")
 
     def close(self) -> None:

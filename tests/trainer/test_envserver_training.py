@@ -67,6 +67,8 @@ def assert_learned(result: loop.RunResult) -> None:
     assert result.evaluations[-1][1] > -500, result.evaluations
     assert len(result.update_seconds) == len(result.collect_seconds) == result.iterations
     assert 0 < result.evaluation_seconds < result.wall_seconds - sum(result.update_seconds)
+    first, second = result.evaluated_after  # training seconds before each evaluation, evaluations excluded
+    assert 0 < first < second <= result.wall_seconds - result.evaluation_seconds
 
 
 def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
@@ -77,6 +79,8 @@ def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.R
     assert_learned(colocated)
     assert result.train_returns == colocated.train_returns
     assert result.evaluations == colocated.evaluations
+    assert all(0 < share <= 1 for share in colocated.simulation_shares)  # timed by the worker processes
+    assert set(result.simulation_shares) == {None}  # the servers step, the trainer acts: nobody times a rollout
 
 
 def test_rollout_mode_learns_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
