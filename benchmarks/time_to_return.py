@@ -7,7 +7,7 @@ every `--eval-every` env steps the same way on both sides: the trainer's evaluat
 preset's) episodes of the deterministic policy with the trainer's evaluation seeds. Reported per run: the
 first evaluation whose mean return reaches the target (`--target`, default the zoo's published PPO return:
 HalfCheetahBulletEnv-v0 2925, HopperBulletEnv-v0 2575, from rl-baselines3-zoo's benchmark.md), its env steps
-and the training minutes before it (start-up included, time spent evaluating excluded), or that none did;
+(`at_env_steps`) and the training minutes before it (start-up included, time spent evaluating excluded), or that none did;
 every evaluation as [env steps, mean return, training seconds]; and per task the ratio of the minutes (SB3 /
 ours: above 1, ours reached it sooner). SB3 stops at the target; the trainer runs its whole budget (its later
 evaluations show whether the return holds).
@@ -62,7 +62,7 @@ def reached(evaluations: list[list[float]], target: float) -> dict[str, Any]:
     """The first of `evaluations` ([env steps, mean return, training seconds]) at or above `target`."""
     for steps, mean, seconds in evaluations:
         if mean >= target:
-            return {"reached": True, "env_steps": int(steps), "minutes": round(seconds / 60, 2), "return": mean}
+            return {"reached": True, "at_env_steps": int(steps), "minutes": round(seconds / 60, 2), "return": mean}
     return {"reached": False}
 
 

@@ -22,7 +22,7 @@ def test_the_first_evaluation_at_the_target_counts():
     evaluations = [[8192, 100.0, 30.0], [16384, 2600.0, 90.0], [24576, 2000.0, 150.0], [32768, 2700.0, 210.0]]
     assert time_to_return.reached(evaluations, 2575.0) == {
         "reached": True,
-        "env_steps": 16384,
+        "at_env_steps": 16384,
         "minutes": 1.5,
         "return": 2600.0,
     }
@@ -46,4 +46,5 @@ def test_the_record_compares_the_minutes_when_both_reached(monkeypatch):
     args = time_to_return.build_parser().parse_args(["--tasks", "cheetah"])
     record = time_to_return.measure("cheetah", args, None)
     assert record["ours"]["minutes"] == 2.0 and record["sb3_zoo"]["minutes"] == 8.0
+    assert (record["ours"]["at_env_steps"], record["ours"]["env_steps"]) == (81920, 2_000_000)
     assert record["minutes_ratio"] == 4.0 and record["target"] == 2925.0

@@ -97,8 +97,9 @@ class Rollout:
         time_major = ("observations", "actions", "log_probs", "means", "values", "rewards", "terminated")
         time_major += ("truncated", "final_values")
         merged = {name: np.concatenate([getattr(part, name) for part in parts], axis=1) for name in time_major}
-        per_env = ("last_values", "restarted", "simulation_seconds")
-        for name in (*per_env, "episode_steps", "episode_returns", "episode_lengths"):
+        stacked = ("last_values", "restarted", "simulation_seconds")
+        stacked += ("episode_steps", "episode_returns", "episode_lengths")
+        for name in stacked:
             merged[name] = np.concatenate([getattr(part, name) for part in parts])
         offsets = np.cumsum([0] + [part.rewards.shape[1] for part in parts[:-1]])
         merged["episode_envs"] = np.concatenate([p.episode_envs + o for p, o in zip(parts, offsets, strict=True)])
