@@ -10,7 +10,8 @@ making the environments to the end of `learn`, evaluations during training exclu
 inside rollout collection (GAE included, as in the trainer's sampling phase), `update_s` the time between
 rollouts (the gradient steps). With "evaluate_every" (env steps) in the setting, the policy is also evaluated
 during training, at the end of the first rollout past each multiple: `evaluations` lists [env steps, mean
-return, training seconds before it], and with "target" training stops at the first mean return at or above it.
+return, training seconds before it] (each also printed to standard error as it is taken), and with "target"
+training stops at the first mean return at or above it.
 
     PYTHONPATH=. benchmarks/.venv-sb3/bin/python benchmarks/sb3_runner.py < setting.json
 """
@@ -86,6 +87,7 @@ class Evaluations(BaseCallback):
         begin = time.monotonic()
         mean = float(np.mean(evaluate(self.model, self.spec)))
         self.found.append([self.num_timesteps, mean, begin - self.started - self.seconds])
+        print(json.dumps({"evaluation": self.found[-1]}), file=sys.stderr, flush=True)  # progress of long runs
         spent = time.monotonic() - begin
         self.seconds += spent
         self.timer.skip(spent)
