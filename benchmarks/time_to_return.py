@@ -7,10 +7,10 @@ every `--eval-every` env steps the same way on both sides: the trainer's evaluat
 preset's) episodes of the deterministic policy with the trainer's evaluation seeds. Reported per run: the
 first evaluation whose mean return reaches the target (`--target`, default the zoo's published PPO return:
 HalfCheetahBulletEnv-v0 2925, HopperBulletEnv-v0 2575, from rl-baselines3-zoo's benchmark.md), its env steps
-(`at_env_steps`) and the training minutes before it (start-up included, time spent evaluating excluded), or that none did;
-every evaluation as [env steps, mean return, training seconds]; and per task the ratio of the minutes (SB3 /
-ours: above 1, ours reached it sooner). SB3 stops at the target; the trainer runs its whole budget (its later
-evaluations show whether the return holds).
+(`at_env_steps`) and the training minutes before it (start-up included, time spent evaluating excluded), or
+that none did; every evaluation as [env steps, mean return, training seconds]; and per task the ratio of the
+minutes (SB3 / ours: above 1, ours reached it sooner). SB3 stops at the target; the trainer runs its whole
+budget (its later evaluations show whether the return holds).
 
 SB3 runs in the venv that `sb3_compare.py --setup` creates. The runs are long (the zoo trains 2M steps; SB3
 ran at about 550 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time:
