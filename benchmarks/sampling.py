@@ -171,15 +171,8 @@ def training_rates(config: TrainerConfig, args: argparse.Namespace, cores: int) 
         "training_ratio": round(rate / (raw * cores), 3),
         "training_efficiency": round(rate / ((before[1] + after[1]) / 2), 3),
         "collect_steps_per_s": [round(per_iteration / seconds) for seconds in result.collect_seconds],
-        "training_simulation_share": round(_simulation_share(result), 3),
+        "training_simulation_share": round(result.simulation_share, 3),
     }
-
-
-def _simulation_share(result: loop.RunResult) -> float:
-    """The run's `perf/simulation_share` over all its sampling phases (each weighted by its seconds)."""
-    phases = zip(result.simulation_shares, result.collect_seconds, strict=True)
-    timed = [(share, seconds) for share, seconds in phases if share is not None]
-    return sum(share * seconds for share, seconds in timed) / sum(seconds for _, seconds in timed)
 
 
 def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, float | int | str]:

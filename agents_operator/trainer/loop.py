@@ -62,6 +62,15 @@ class RunResult:
     def sampling_seconds(self) -> float:
         return sum(self.collect_seconds)
 
+    @property
+    def simulation_share(self) -> float | None:
+        """`simulation_share` over all the sampling phases that were timed, each weighted by its seconds."""
+        phases = zip(self.simulation_shares, self.collect_seconds, strict=True)
+        timed = [(share, seconds) for share, seconds in phases if share is not None]
+        if not timed:
+            return None
+        return sum(share * seconds for share, seconds in timed) / sum(seconds for _, seconds in timed)
+
 
 def train(
     config: TrainerConfig,

@@ -81,6 +81,7 @@ def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.R
     assert result.evaluations == colocated.evaluations
     assert all(0 < share <= 1 for share in colocated.simulation_shares)  # timed by the worker processes
     assert set(result.simulation_shares) == {None}  # the servers step, the trainer acts: nobody times a rollout
+    assert result.simulation_share is None and 0 < colocated.simulation_share <= 1
 
 
 def test_rollout_mode_learns_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
