@@ -33,7 +33,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from agents_operator import presets  # noqa: E402
-from agents_operator.trainer import commands  # noqa: E402
+from agents_operator.trainer import commands, loop  # noqa: E402
 
 GOALS = {"pendulum": (-250.0, 300_000), "inverted_pendulum": (950.0, 150_000)}
 
@@ -95,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         **commands.parse_overrides(args.overrides),
     }
     config = presets.resolve(args.task, settings)
-
-    from agents_operator.trainer import loop
 
     raw, sampling = sampling_throughput(config, args.rounds, args.round_seconds)
     with tempfile.TemporaryDirectory() as scratch:

@@ -76,6 +76,8 @@ from typing import Any
 
 from agents_operator import presets, topology
 from agents_operator.config import TrainerConfig
+from agents_operator.trainer import loop
+from agents_operator.trainer.envs.make import usable_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "benchmarks" / "sb3_runner.py"
@@ -276,8 +278,6 @@ def venv_python(venv: Path, setup: bool) -> Path:
 
 
 def run_ours(config: TrainerConfig) -> dict[str, Any]:
-    from agents_operator.trainer import loop
-
     with tempfile.TemporaryDirectory() as scratch:
         result = loop.train(config, Path(scratch) / "run")
     return {
@@ -377,8 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     python = venv_python(args.venv, args.setup)
     if args.setup:
         return 0
-    from agents_operator.trainer.envs.make import usable_cpus
-
     steps = args.steps if args.steps is not None else (None if args.quick else 100_000)
     rounds = args.rounds or (1 if args.quick else 2)
     episodes = args.eval_episodes or (2 if args.quick else None)
