@@ -13,7 +13,7 @@ minutes (SB3 / ours: above 1, ours reached it sooner). SB3 stops at the target; 
 budget (its later evaluations show whether the return holds).
 
 SB3 runs in the venv that `sb3_compare.py --setup` creates. The runs are long (the zoo trains 2M steps; SB3
-ran at about 550 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time:
+ran at 400-600 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time:
 
     .venv/bin/python benchmarks/time_to_return.py --tasks hopper --settings ours
     .venv/bin/python benchmarks/time_to_return.py --tasks cheetah hopper --settings ours sb3_zoo
