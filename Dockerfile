@@ -19,26 +19,32 @@ COPY locks/build.txt locks/operator.txt locks/trainer.txt ./locks/
 RUN python -m venv /opt/pip \
     && /opt/pip/bin/python -m pip install --quiet --require-hashes -r locks/build.txt \
     && python -m venv --without-pip /opt/venv
-COPY pyproject.toml README.md ./
-COPY agents_operator ./agents_operator
-RUN /opt/pip/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir /dist .
 # kubernetes 37 also ships an asyncio copy of its client (kubernetes/aio, ~68 MB with bytecode) that nothing
 # imports: kopf talks to the API server through aiohttp, kube.py and client.py through kubernetes.client.
 ENV UNUSED=/opt/venv/lib/python3.11/site-packages/kubernetes/aio
 
+# The project's wheel, in a stage of its own: a change to the sources rebuilds it and the last layer of each
+# target, while the dependencies' layers above stay cached.
+FROM build AS wheel
+COPY pyproject.toml README.md ./
+COPY agents_operator ./agents_operator
+RUN /opt/pip/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir /dist .
+
 FROM build AS build-operator
 RUN /opt/pip/bin/python -m pip --python /opt/venv/bin/python install --quiet --require-hashes -r locks/operator.txt \
-    && /opt/pip/bin/python -m pip --python /opt/venv/bin/python install --quiet --no-deps /dist/*.whl \
     && rm -r "$UNUSED"
+COPY --from=wheel /dist /dist
+RUN /opt/pip/bin/python -m pip --python /opt/venv/bin/python install --quiet --no-deps /dist/*.whl
 
 # tensorflow-cpu declares setuptools and astunparse declares wheel, yet neither is imported by anything the
 # trainer runs (pybullet_envs_gymnasium needs no pkg_resources, pygame does without it: tests/test_extras.py),
 # so both leave the venv after the hashed install.
 FROM build AS build-trainer
 RUN /opt/pip/bin/python -m pip --python /opt/venv/bin/python install --quiet --require-hashes -r locks/trainer.txt \
-    && /opt/pip/bin/python -m pip --python /opt/venv/bin/python install --quiet --no-deps /dist/*.whl \
     && /opt/pip/bin/python -m pip --python /opt/venv/bin/python uninstall --quiet --yes setuptools wheel \
     && rm -r "$UNUSED"
+COPY --from=wheel /dist /dist
+RUN /opt/pip/bin/python -m pip --python /opt/venv/bin/python install --quiet --no-deps /dist/*.whl
 
 # What both runtime images share: the user the pods run as (UID 1000), the environment, the entry point. The
 # base's own pip, setuptools and wheel (python:3.11 images ship them) are deleted; the venv never sees them.

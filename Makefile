@@ -15,7 +15,7 @@ LOCK_FLAGS ?=
 LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--custom-compile-command "make locks" $(LOCK_FLAGS)
 
-.PHONY: demo test e2e lint format crd reference locks audit image clean
+.PHONY: demo test e2e e2e-node lint format crd reference locks audit image clean
 
 # Everything from the hashed test lock; then the project itself with --no-deps (its dependencies are all in the
 # lock) and without build isolation, so that the build backend is the locked, hashed setuptools as well.
@@ -42,6 +42,12 @@ test: $(STAMP)
 # ServiceAccount, and makes a namespace per test; use a cluster with no other agents-operator serving it.
 e2e: $(STAMP)
 	AGENTS_E2E_KUBECONFIG="$$(k="$${KUBECONFIG:-$$HOME/.kube/config}"; echo "$${k%%:*}")" $(BIN)/python -m pytest -q -ra tests/e2e
+
+# The node suite (tests/node): AgentsJobs on real pods of the real node in ../shared/node (NODE_DIR), the chart's
+# operator running there as two pods. Builds both images on a stand-in base first (reused while the Dockerfile,
+# locks and sources are unchanged) and loads them into the node. Needs root; tools/e2e-node.sh says the rest.
+e2e-node: $(STAMP)
+	PYTHON=$(BIN)/python tools/e2e-node.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks tools

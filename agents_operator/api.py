@@ -427,7 +427,7 @@ class AgentsJobSpec(CamelModel):
 class Condition(CamelModel):
     type: ConditionType = Field(
         description=f"{', '.join(CONDITION_TYPES[:-1])}, or {REPLICA_FAILURE} (the API server refuses to create "
-        "a child: its message says why)."
+        "a child, or a pod cannot start: its message says why)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds now.")
     reason: str | None = Field(None, max_length=1024, description="CamelCase cause, e.g. BackoffLimitExceeded.")

@@ -33,6 +33,9 @@ ENV_PORT_NAME = "env-grpc"
 METRICS_PORT_NAME = "metrics"
 TENSORBOARD_PORT = 6006
 RUN_AS = 1000
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+"""A container that fails without writing /dev/termination-log leaves the end of its log as its termination
+message, which the job's Failed condition and PodFailed Events quote (`rules.describe`)."""
 """Non-root UID and GID of the image's user; pods run as it unless their template says otherwise."""
 
 POD_SECURITY = {**podsecurity.POD_DEFAULTS, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS}
@@ -139,6 +142,7 @@ def _trainer_container(job: AgentsJob, given: dict, replica_type: str, index: in
     container.setdefault("image", job.spec.image or options.default_image)
     if job.spec.image_pull_policy:
         container.setdefault("imagePullPolicy", job.spec.image_pull_policy)
+    container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
     fields = launch.container(trainer_launch(job, replica_type, index, options))
     if "command" not in container and "args" not in container:
         container["command"], container["args"] = fields["command"], fields["args"]
@@ -286,6 +290,7 @@ def _env_server_container(job: AgentsJob, given: dict, share: EnvServerShare, op
         container.setdefault("imagePullPolicy", pull_policy)
     if server.resources is not None:
         container.setdefault("resources", copy.deepcopy(server.resources))
+    container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
     fields = launch.container(env_server_launch(job, share))
     if "command" not in container and "args" not in container:
         container["command"], container["args"] = fields["command"], fields["args"]

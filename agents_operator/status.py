@@ -28,6 +28,29 @@ POD_ACTIVE, POD_SUCCEEDED, POD_FAILED, POD_TERMINATING = "active", "succeeded", 
 """What a pod means to the lifecycle (`PodView.state`)."""
 PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Running", "Succeeded", "Failed"
 """Pod phases as the kubelet reports them (and the local launcher, for its processes)."""
+UNSCHEDULABLE = "Unschedulable"
+"""The scheduler's reason (condition PodScheduled False) for a pod that no node fits."""
+CANNOT_START = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+        "PreStartHookError",
+        "PostStartHookError",
+    }
+)
+"""The kubelet's reasons for a container waiting on a failure, not on a step of its start (ContainerCreating,
+PodInitializing): the job says so (condition ReplicaFailure) until the pod starts."""
+MESSAGE_CHARS = 300
+"""How much of a failed container's last line a condition quotes."""
+NEVER_STARTS = frozenset({"ErrImageNeverPull", "InvalidImageName"})
+"""Of those, the ones no retry of the kubelet's can end: such a pod counts as failed and its replica's
+restartPolicy decides (it is replaced, or the job fails)."""
 
 
 @dataclass(frozen=True)
@@ -45,10 +68,18 @@ class PodView:
     """Exit code of the trainer container (or the first failed one); None when no container terminated."""
     reason: str | None = None
     """Pod or container reason (Evicted, OOMKilled, Error, ...)."""
+    message: str | None = None
+    """What the failed container said last: its termination message's last line (the end of its log, as
+    render asks with TERMINATION_MESSAGE_POLICY), or the pod's message (an eviction's)."""
     owner_uid: str | None = None
     """uid of the controlling AgentsJob, when the pod has an owner reference."""
     counted: int | None = None
     """Value of ANNOTATION_COUNTED: this failure is already in status.restarts."""
+    waiting: str | None = None
+    """Why a pod that has not finished cannot start: the kubelet's reason (one of CANNOT_START) or the
+    scheduler's (UNSCHEDULABLE); None while it starts or runs as it should."""
+    waiting_message: str | None = None
+    """What the kubelet or the scheduler said with `waiting`, naming the container."""
 
     @property
     def state(self) -> str:
@@ -56,7 +87,7 @@ class PodView:
             return POD_TERMINATING
         if self.phase == PHASE_SUCCEEDED:
             return POD_SUCCEEDED
-        if self.phase == PHASE_FAILED:
+        if self.phase == PHASE_FAILED or self.waiting in NEVER_STARTS:
             return POD_FAILED
         return POD_ACTIVE
 
@@ -72,8 +103,9 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _exit(pod: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    """(exit code, reason) of a finished pod: the trainer container's when it failed, else any failed one."""
+def _exit(pod: Mapping[str, Any]) -> tuple[int | None, str | None, str | None]:
+    """(exit code, reason, last line of the termination message) of a finished pod: the trainer container's
+    when it failed, else any failed one."""
     status = pod.get("status") or {}
     statuses = list(status.get("containerStatuses") or [])
     statuses.sort(key=lambda c: c.get("name") != naming.TRAINER_CONTAINER)  # the trainer first
@@ -84,9 +116,28 @@ def _exit(pod: Mapping[str, Any]) -> tuple[int | None, str | None]:
     failed = [t for t in terminated if t.get("exitCode")]
     chosen = failed[0] if failed else (terminated[0] if terminated else None)
     if chosen is None:
-        return None, status.get("reason")
+        return None, status.get("reason"), status.get("message")
     code = chosen.get("exitCode")
-    return (int(code) if isinstance(code, int) else None), chosen.get("reason") or status.get("reason")
+    said = [line.strip() for line in str(chosen.get("message") or "").splitlines() if line.strip()]
+    message = said[-1][:MESSAGE_CHARS] if said else None
+    return (int(code) if isinstance(code, int) else None), chosen.get("reason") or status.get("reason"), message
+
+
+def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(reason, message) of a pod that cannot start: its first container waiting on a failure, else the
+    scheduler's Unschedulable; (None, None) when neither holds."""
+    status = pod.get("status") or {}
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in CANNOT_START:
+            return waiting[
+                "reason"
+            ], f"container {container.get('name')}: {waiting.get('message') or waiting['reason']}"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == UNSCHEDULABLE:
+            if condition.get("status") == "False":
+                return UNSCHEDULABLE, condition.get("message") or "no node fits the pod"
+    return None, None
 
 
 def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
@@ -103,7 +154,8 @@ def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
     if name != naming.child_name(labels[naming.LABEL_JOB], replica_type, index):
         return None  # our labels on a pod we did not name: not one of ours
     phase = (pod.get("status") or {}).get("phase") or PHASE_PENDING
-    exit_code, reason = _exit(pod) if phase == PHASE_FAILED else (None, None)
+    exit_code, reason, message = _exit(pod) if phase == PHASE_FAILED else (None, None, None)
+    waiting, waiting_message = _waiting(pod) if phase in (PHASE_PENDING, PHASE_RUNNING) else (None, None)
     counted = (meta.get("annotations") or {}).get(ANNOTATION_COUNTED)
     return PodView(
         name=name,
@@ -113,8 +165,11 @@ def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
         terminating=bool(meta.get("deletionTimestamp")),
         exit_code=exit_code,
         reason=reason,
+        message=message,
         owner_uid=_controller_uid(meta),
         counted=int(counted) if counted and str(counted).isdigit() else None,
+        waiting=waiting,
+        waiting_message=waiting_message,
     )
 
 

@@ -38,7 +38,8 @@ def _git(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
-def build_command(tool: str, target: str, base: str | None) -> list[str]:
+def build_command(tool: str, target: str, base: str | None, name: str | None = None) -> list[str]:
+    """The build of one target, tagged `name` (default: `repository:VERSION`)."""
     command = [tool, "bud"] if tool == "buildah" else [tool, "build"]
     build_args = {
         "VERSION": __version__,
@@ -49,7 +50,7 @@ def build_command(tool: str, target: str, base: str | None) -> list[str]:
         build_args["BASE"] = base
     for key, value in build_args.items():
         command += ["--build-arg", f"{key}={value}"]
-    return [*command, "--target", target, "--tag", tag(target), str(ROOT)]
+    return [*command, "--target", target, "--tag", name or tag(target), str(ROOT)]
 
 
 def main(argv: list[str] | None = None) -> int:

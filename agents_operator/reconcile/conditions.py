@@ -24,6 +24,7 @@ from agents_operator.api import (
 )
 from agents_operator.reconcile.actions import NORMAL, WARNING, Event, Refusal
 from agents_operator.reconcile.rules import Outcome
+from agents_operator.status import PodView
 
 JOB_CREATED = "JobCreated"
 JOB_RUNNING = "JobRunning"
@@ -75,6 +76,19 @@ class Conditions:
 
     def children_created(self) -> None:
         self.set(REPLICA_FAILURE, False, CHILDREN_CREATED, "every child of the job exists")
+
+    def cannot_start(self, pods: list[PodView]) -> None:
+        """ReplicaFailure with the kubelet's (or the scheduler's) reason and message for pods that cannot start;
+        a Warning Event per pod when the condition turns True or its message changes."""
+        first = pods[0]
+        more = f" (and {len(pods) - 1} more)" if len(pods) > 1 else ""
+        message = f"pod {first.name} cannot start: {first.waiting_message}{more}"
+        before = status.get_condition(self.status, REPLICA_FAILURE)
+        if before is None or before.status != "True" or before.message != message:
+            self.events += [
+                Event(WARNING, p.waiting or "", f"pod {p.name} cannot start: {p.waiting_message}") for p in pods
+            ]
+        status.set_condition(self.status, REPLICA_FAILURE, True, first.waiting or "", message, self.now)
 
     def in_progress(self, running: bool, restarting: bool, what: str) -> None:
         """`running`: every pod of `what` runs or has finished; `restarting`: failed pods are being replaced."""

@@ -71,8 +71,9 @@ def deadline(run: api.RunPolicy, start_time: str | None, now: datetime) -> tuple
 
 def describe(pod: PodView) -> str:
     code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
-    reason = f", {pod.reason}" if pod.reason else ""
-    return f"pod {pod.name} failed ({code}{reason})"
+    reason = f", {pod.reason or pod.waiting}" if pod.reason or pod.waiting else ""
+    said = pod.waiting_message if pod.waiting else pod.message
+    return f"pod {pod.name} failed ({code}{reason}{f': {said}' if said else ''})"
 
 
 def failure(pod: PodView, restart_policy: str, restarts: int, backoff_limit: int) -> Outcome | None:

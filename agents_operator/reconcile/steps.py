@@ -225,7 +225,9 @@ def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> act.Plan:
         b.conditions.resumed()
         b.status.start_time = None  # the deadline counts from the resume, as for a batch Job
     created = _create_missing(b, j)
-    if not b.creates:
+    if stuck := [p for p in j.slots.values() if p.waiting and p.state == POD_ACTIVE]:
+        b.conditions.cannot_start(stuck)
+    elif not b.creates:
         b.conditions.children_created()
     if b.status.start_time is None and (created or any(not p.terminating for p in j.slots.values())):
         b.status.start_time = status.timestamp(b.now)

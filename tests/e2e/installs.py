@@ -36,9 +36,9 @@ APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 
 
-def run_tool(name: str, *args: str, kubeconfig: str, home: Path) -> str:
+def run_tool(name: str, *args: str, kubeconfig: str, home: Path, stdin: str | None = None) -> str:
     """helm or kubectl (the real ones, from the test extras) against the cluster of `kubeconfig`."""
-    return tools.run(tools.layer_binary(name), *args, "--kubeconfig", kubeconfig, home=home)
+    return tools.run(tools.layer_binary(name), *args, "--kubeconfig", kubeconfig, home=home, stdin=stdin)
 
 
 def apply(kube: Kube, path: str, obj: dict) -> dict:

@@ -664,3 +664,69 @@ def test_a_job_that_ends_while_refused_keeps_no_refusal():
     world.apply(reconcile.refused(world.status, [_refusal("pj-ps-0")], NOW))
     world.step(minutes=2)
     assert world.status["state"] == "Failed" and world.condition("ReplicaFailure")["status"] == "False"
+
+
+# --- pods that cannot start ------------------------------------------------------------------------------
+
+UNSCHEDULABLE = {
+    "phase": "Pending",
+    "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}
+    ],
+}
+NEVER_PULL = {
+    "phase": "Pending",
+    "containerStatuses": [
+        {"name": "agents", "state": {"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}}}
+    ],
+}
+
+
+def test_a_pod_that_cannot_start_is_said_in_a_condition_and_an_event_until_it_runs():
+    world = World(make_job())
+    world.settle()
+    stuck = world.pod("worker", 1)
+    world.pods[stuck]["status"] = copy.deepcopy(UNSCHEDULABLE)
+    plan = world.step()
+    assert world.status["state"] == "ReplicaFailure"
+    condition = world.condition("ReplicaFailure")
+    assert (condition["status"], condition["reason"]) == ("True", "Unschedulable")
+    assert condition["message"] == f"pod {stuck} cannot start: 0/1 nodes are available"
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
+    assert world.step().events == []  # said once, not on every plan
+    world.run_all()
+    world.step()
+    assert world.status["state"] == "Running"
+    assert world.condition("ReplicaFailure")["status"] == "False"
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "reason"), [("ExitCode", "Restarting", None), ("Never", "Failed", "PodFailed")]
+)
+def test_a_pod_whose_image_can_never_start_follows_its_restart_policy(policy, state, reason):
+    world = World(make_job(restart=policy))
+    world.started()
+    stuck = world.pod("worker", 1)
+    world.pods[stuck]["status"] = copy.deepcopy(NEVER_PULL)
+    plan = world.step()
+    assert world.status["state"] == state
+    if reason is None:
+        assert Delete("Pod", stuck, "replacing the failed pod (restart 1)", 0) in plan.of(Delete)
+        (event,) = [e for e in plan.events if e.reason == "PodFailed"]
+        assert "ErrImageNeverPull: container agents: image not present" in event.message
+    else:
+        failed = world.condition("Failed")
+        assert failed["reason"] == reason
+        assert failed["message"].startswith(f"pod {stuck} failed (no exit code, ErrImageNeverPull: container agents")
+
+
+def test_a_permanent_failure_quotes_what_the_container_said_last():
+    world = World(make_job(restart="ExitCode"))
+    world.started()
+    failed = world.pod("worker", 0)
+    world.set_phase(failed, "Failed", exit_code=2)
+    world.pods[failed]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "error: bad env_id\n"
+    world.step()
+    assert world.condition("Failed")["message"] == (
+        f"pod {failed} failed (exit code 2, Error: error: bad env_id); restartPolicy ExitCode treats 1-127 as permanent"
+    )

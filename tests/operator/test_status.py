@@ -112,3 +112,66 @@ def test_metric_names_match_the_trainer():
 
 def test_metrics_url():
     assert status.metrics_url("j", "ns", 9090) == "http://j-worker-0.ns.svc:9090/metrics"
+
+
+# What the real node's kubelet and scheduler reported for pods that could not start (tests/node).
+NEVER_PULL = 'Container image "agents-operator-trainer:nope" is not present with pull policy of Never'
+UNSCHEDULABLE_MESSAGE = "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def _waiting(reason: str, message: str, init: bool = False) -> dict:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {key: [{"name": "agents", "state": {"waiting": {"reason": reason, "message": message}}}]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "waiting", "message", "state"),
+    [
+        (_waiting("ErrImageNeverPull", NEVER_PULL), "ErrImageNeverPull", f"container agents: {NEVER_PULL}", "failed"),
+        (_waiting("ImagePullBackOff", "Back-off"), "ImagePullBackOff", "container agents: Back-off", "active"),
+        (
+            _waiting("CreateContainerConfigError", 'secret "s" not found', init=True),
+            "CreateContainerConfigError",
+            'container agents: secret "s" not found',
+            "active",
+        ),  # fmt: skip
+        (
+            {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": UNSCHEDULABLE_MESSAGE,
+                    }
+                ]
+            },  # fmt: skip
+            "Unschedulable",
+            UNSCHEDULABLE_MESSAGE,
+            "active",
+        ),
+        (_waiting("ContainerCreating", ""), None, None, "active"),
+        ({"conditions": [{"type": "PodScheduled", "status": "True"}]}, None, None, "active"),
+    ],
+)
+def test_view_pod_says_why_a_pod_cannot_start(extra, waiting, message, state):
+    pod = make_pod("j", "worker", 0, "Pending")
+    pod["status"].update(extra)
+    view = status.view_pod(pod)
+    assert (view.waiting, view.waiting_message, view.state) == (waiting, message, state)
+
+
+def test_a_finished_pod_is_not_waiting():
+    pod = make_pod("j", "worker", 0, "Failed", exit_code=1)
+    pod["status"].update(_waiting("CrashLoopBackOff", "back-off"))
+    assert status.view_pod(pod).waiting is None
+
+
+def test_a_failed_container_says_its_last_line():
+    """The kubelet's termination message under FallbackToLogsOnError is the end of the log."""
+    pod = make_pod("j", "worker", 0, "Failed", exit_code=2)
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated["message"] = "Traceback (most recent call last):\n  ...\nerror: env_id 'X': no such environment\n\n"
+    assert status.view_pod(pod).message == "error: env_id 'X': no such environment"
+    terminated["message"] = "x" * 5000
+    assert len(status.view_pod(pod).message) == status.MESSAGE_CHARS

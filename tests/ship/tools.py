@@ -68,8 +68,9 @@ def hadolint() -> Path:
     return path
 
 
-def run(binary: Path, *args: str, home: Path, cwd: Path | None = None) -> str:
-    """Run a tool with its caches under `home`; its stdout, or a test failure with its stderr."""
+def run(binary: Path, *args: str, home: Path, cwd: Path | None = None, stdin: str | None = None) -> str:
+    """Run a tool with its caches under `home` (`stdin` as its input); its stdout, or a test failure with its
+    stderr."""
     env = {
         **os.environ,
         "HOME": str(home),
@@ -78,7 +79,9 @@ def run(binary: Path, *args: str, home: Path, cwd: Path | None = None) -> str:
         "HELM_DATA_HOME": str(home / "data"),
         "KUBECONFIG": str(home / "no-kubeconfig"),
     }
-    done = subprocess.run([str(binary), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    done = subprocess.run(
+        [str(binary), *args], input=stdin, capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
     if done.returncode != 0:
         pytest.fail(f"{binary.name} {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
     return done.stdout
