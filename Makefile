@@ -15,7 +15,7 @@ LOCK_FLAGS ?=
 LOCK := $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--custom-compile-command "make locks" $(LOCK_FLAGS)
 
-.PHONY: demo test e2e e2e-node lint format crd reference locks audit image clean
+.PHONY: demo test e2e e2e-node bench-node lint format crd reference locks audit image clean
 
 # Everything from the hashed test lock; then the project itself with --no-deps (its dependencies are all in the
 # lock) and without build isolation, so that the build backend is the locked, hashed setuptools as well.
@@ -48,6 +48,10 @@ e2e: $(STAMP)
 # locks and sources are unchanged) and loads them into the node. Needs root; tools/e2e-node.sh says the rest.
 e2e-node: $(STAMP)
 	PYTHON=$(BIN)/python tools/e2e-node.sh
+
+# benchmarks/node_job.py on the node that e2e-node brings up: the pendulum example there against `local`.
+bench-node: $(STAMP)
+	PYTHON=$(BIN)/python tools/e2e-node.sh $(BIN)/python benchmarks/node_job.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks tools

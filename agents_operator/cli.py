@@ -114,7 +114,11 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         kubeconfig=args.kubeconfig,
         context=args.context,
-        progress_interval=args.progress_interval,
+        **{
+            name: getattr(args, name)
+            for name in ("progress_interval", "resync_interval")
+            if getattr(args, name) is not None  # else OperatorOptions' default
+        },
         watch_timeout=args.watch_timeout,
         request_timeout=args.request_timeout,
     )
@@ -242,7 +246,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=0, help="serve the operator's Prometheus metrics (0: off)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--progress-interval", type=float, default=30.0, help="seconds between reads of chiefs' metrics")
+    p.add_argument(
+        "--progress-interval", type=float, help="seconds between reads of running jobs' chiefs' metrics (default 5)"
+    )
+    p.add_argument("--resync-interval", type=float, help="seconds between resyncs of every job (default 30)")
     p.add_argument("--watch-timeout", type=int, default=300, help="server-side timeout of watch requests (whole s)")
     p.add_argument("--request-timeout", type=float, default=60.0, help="timeout of other API requests (s)")
     p.set_defaults(func=_run)

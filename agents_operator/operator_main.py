@@ -22,7 +22,7 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agents_operator import reconcile, render, status
-from agents_operator.controller import Controller, ControllerOptions
+from agents_operator.controller import PROGRESS_INTERVAL, RESYNC_INTERVAL, Controller, ControllerOptions
 from agents_operator.handlers import register
 from agents_operator.kube import CALLER_THREADS, Kube, Outcome
 from agents_operator.metrics_server import MetricsServer
@@ -67,7 +67,8 @@ class OperatorOptions:
     context: str | None = None
     host: str | None = None
     """API server URL without credentials (tests)."""
-    progress_interval: float = 30.0
+    progress_interval: float = PROGRESS_INTERVAL
+    resync_interval: float = RESYNC_INTERVAL
     watch_timeout: int = 300
     """Server-side timeout of every watch request, whole seconds; the watch is re-established after it."""
     request_timeout: float = 60.0
@@ -197,6 +198,7 @@ def build(options: OperatorOptions, kube: Kube | None = None) -> tuple[kopf.Oper
             ),
             allow_privileged=options.allow_privileged,
             progress_interval=options.progress_interval,
+            resync_interval=options.resync_interval,
         ),
         metrics=OperatorMetrics(),
     )
@@ -234,6 +236,7 @@ async def serve(
         log.info("metrics on :%d/metrics", options.metrics_port)
     background = [
         asyncio.create_task(controller.resync_loop(), name="agents resync"),
+        asyncio.create_task(controller.progress_loop(), name="agents progress"),
         asyncio.create_task(monitor_loop_lag(controller.metrics.loop_lag.observe), name="agents loop lag"),
     ]
     try:

@@ -134,9 +134,9 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
                 "reason"
             ], f"container {container.get('name')}: {waiting.get('message') or waiting['reason']}"
     for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("reason") == UNSCHEDULABLE:
-            if condition.get("status") == "False":
-                return UNSCHEDULABLE, condition.get("message") or "no node fits the pod"
+        unscheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if unscheduled and condition.get("reason") == UNSCHEDULABLE:
+            return UNSCHEDULABLE, condition.get("message") or "no node fits the pod"
     return None, None
 
 

@@ -122,3 +122,14 @@ def test_run_without_a_cluster_says_what_is_missing_in_one_line(capsys, monkeypa
     code, _, err = run(capsys, "run", *(a.format(tmp=tmp_path) for a in argv))
     assert code == 2
     assert err.startswith(expected.format(tmp=tmp_path)) and len(err.strip().splitlines()) == 1, err
+
+
+def test_run_help_states_the_operators_own_intervals(capsys):
+    """`run --help` names the defaults that OperatorOptions really uses (the CLI leaves them unset)."""
+    from agents_operator import cli, controller
+
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"metrics (default {controller.PROGRESS_INTERVAL:g})" in text
+    assert f"every job (default {controller.RESYNC_INTERVAL:g})" in text

@@ -3,7 +3,8 @@
 # from Debian's packages when missing, builds both images on a stand-in base (tools/node_images.py: reused while
 # their inputs are unchanged), starts the node with the PersistentVolume binder the tests' volumes need, loads the
 # images unless the node holds them already, and runs the suite. Needs root, as the node does.
-# NODE_DIR: the node's scripts (default ../shared/node). PYTEST_ARGS: extra pytest arguments.
+# NODE_DIR: the node's scripts (default ../shared/node). PYTEST_ARGS: extra pytest arguments. With arguments, runs
+# them as a command in place of the suite, with the same environment (`make bench-node`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_DIR=${NODE_DIR:-../shared/node}
@@ -23,9 +24,17 @@ echo "e2e-node: images $report" >&2
 field() { "$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$report" "$1"; }
 tag=$(field tag) archive=$(field archive)
 
-# The node's control plane runs the controllers node-env names, plus the binder that binds the tests' claims.
-NODE_CONTROLLERS="$(. "$NODE_DIR/node-env"; echo "$NODE_CONTROLLERS"),persistentvolume-binder-controller"
+# The node's control plane runs the controllers node-env names, plus those of volumes: the binder binds the
+# tests' claims to their volumes, the protection controllers lift the finalizers that let a namespace go.
+VOLUME_CONTROLLERS=persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller
+NODE_CONTROLLERS="$(. "$NODE_DIR/node-env"; echo "$NODE_CONTROLLERS"),$VOLUME_CONTROLLERS"
 export NODE_CONTROLLERS
+# node-start keeps a node that runs already: one started without these controllers is restarted first.
+kcm_port=$(. "$NODE_DIR/node-env"; echo "$KCM_PORT")
+if pgrep -f "kube-controller-manager.*--secure-port=$kcm_port" >/dev/null \
+   && ! pgrep -f "kube-controller-manager.*${VOLUME_CONTROLLERS##*,}.*--secure-port=$kcm_port|kube-controller-manager.*--secure-port=$kcm_port.*${VOLUME_CONTROLLERS##*,}" >/dev/null; then
+  "$NODE_DIR/node-stop" >&2
+fi
 eval "$("$NODE_DIR/node-start")"
 containerd=$(. "$NODE_DIR/node-env"; echo "$CONTAINERD_SOCK")
 held=$(ctr --address "$containerd" --namespace k8s.io images ls -q)
@@ -40,6 +49,7 @@ if ! grep -qx "docker.io/library/agents-operator-trainer:$tag" <<<"$held" \
 fi
 
 export AGENTS_NODE_KUBECONFIG=$KUBECONFIG AGENTS_NODE_IMAGE_TAG=$tag AGENTS_NODE_CONTAINERD=$containerd
+[ $# -eq 0 ] || exec "$@"
 # One test at a time: every test's pods share the node's two cores.
 # shellcheck disable=SC2086
 exec "$PYTHON" -m pytest -q -ra -p no:xdist tests/node ${PYTEST_ARGS:-}

@@ -148,7 +148,8 @@ def ensure_images(base: str, key: str) -> tuple[Path, list[str]]:
 
 
 def _prune(kept: dict[str, str]) -> None:
-    """Remove the e2e images of other keys and the layers nothing uses any more (each trainer is 2.5 GB)."""
+    """Remove the e2e images of other keys (each trainer is 2.5 GB). The untagged images of the build stages
+    stay: they are the layer cache of the next build."""
     listed = subprocess.run(
         ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], check=True, capture_output=True, text=True
     ).stdout.split()
@@ -157,7 +158,6 @@ def _prune(kept: dict[str, str]) -> None:
     stale = [n for n in listed if n.rsplit(":", 1)[0] in ours and f":{TAG_PREFIX}" in n and n not in keep]
     if stale:
         subprocess.run(["podman", "rmi", *stale], check=False, capture_output=True)
-    subprocess.run(["podman", "image", "prune", "--force"], check=False, capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ def _said(ns: Namespace, name: str, condition: str, reason: str) -> dict:
 
 def test_a_replica_killed_with_sigkill_is_restarted_under_exit_code(namespace):
     ns = namespace
-    ns.apply(job("killed", steps=24576))
+    ns.apply(job("killed", steps=600_000))
     ns.wait_running("killed", 3)
     until(lambda: (ns.status("killed").get("progress") or {}).get("globalStep"), 240, "training progress")
     ns.signal("killed-worker-1", "agents", "SIGKILL")

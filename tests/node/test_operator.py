@@ -32,7 +32,7 @@ def test_the_operator_pods_answer_their_probes_and_metrics(operator):
 
 def test_deleting_the_serving_operator_pod_hands_over_and_the_job_succeeds(namespace, operator):
     ns = namespace
-    ns.apply(job("handover", steps=32768))
+    ns.apply(job("handover", steps=600_000))
     ns.wait_running("handover", 3)
     (serving,) = until(lambda: _reporters(ns, "handover"), 60, "the job's Events")
     assert serving in {p["metadata"]["name"] for p in operator.pods()}, serving

@@ -6,6 +6,8 @@ from __future__ import annotations
 from agents_operator.trainer import checkpoints
 from tests.node.node import CLAIM, until
 
+TOTAL_STEPS = 1_200_000
+
 
 def _job(name: str) -> dict:
     return {
@@ -13,19 +15,16 @@ def _job(name: str) -> dict:
         "kind": "AgentsJob",
         "metadata": {"name": name},
         "spec": {
+            # The preset's settings, which train Pendulum at thousands of steps per second here: a budget that
+            # lasts past both deletions and the recoveries.
             "trainer": {
                 "preset": "pendulum",
                 "mode": "async",
-                "totalSteps": 80_000,
-                "envsPerWorker": 2,
-                "envsPerProcess": 2,
-                "rolloutSteps": 128,
-                "epochs": 2,
-                "minibatches": 4,
+                "totalSteps": TOTAL_STEPS,
                 "evalEvery": 0,
                 "evalEpisodes": 2,
                 "videoEpisodes": 0,
-                "checkpointEvery": 4,
+                "checkpointEvery": 10,
             },
             "replicaSpecs": {
                 "ps": {"replicas": 1, "restartPolicy": "Always"},
@@ -70,4 +69,4 @@ def test_deleted_worker_and_ps_pods_come_back_and_the_async_job_succeeds(namespa
     ps_log = ns.kubectl("logs", ps)
     # The new worker 1 trained to the end: the ps, itself restarted after it, counted its finish.
     assert "worker 1 finished" in ps_log and "every worker finished: ps 0 exits" in ps_log, ps_log[-2000:]
-    assert status["progress"]["envSteps"] >= 80_000, status
+    assert status["progress"]["envSteps"] >= TOTAL_STEPS * 0.9, status  # the last read precedes the end

@@ -282,3 +282,23 @@ async def test_metrics_under_the_cap_are_parsed_off_the_event_loop(serve_metrics
     progress, _ = await read_progress_watching_the_loop(controller)
     assert progress["globalStep"] == 42 and fake.patches == [{"progress": progress}]
     assert on_loop == [False]
+
+
+async def test_progress_is_read_on_its_own_interval_apart_from_resyncs(monkeypatch):
+    """On the real node the pendulum example trained in under 30 s, the old shared interval: `kubectl get aj`
+    never showed a Step. Progress now has its own loop, and its default is short enough for such a job."""
+    controller, _ = controller_for(running_world())
+    controller.options = ctl.ControllerOptions(progress_interval=0.01, resync_interval=3600)
+    read: list = []
+
+    async def fake_read(key):
+        read.append(key)
+
+    monkeypatch.setattr(controller, "read_progress", fake_read)
+    monkeypatch.setattr(controller, "kick", lambda key: pytest.fail("resynced on the progress interval"))
+    loops = [asyncio.create_task(controller.progress_loop()), asyncio.create_task(controller.resync_loop())]
+    await asyncio.sleep(0.2)
+    for loop in loops:
+        loop.cancel()
+    assert read.count(KEY) >= 3
+    assert ctl.ControllerOptions().progress_interval <= 10 < ctl.ControllerOptions().resync_interval

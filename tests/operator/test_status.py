@@ -134,7 +134,7 @@ def _waiting(reason: str, message: str, init: bool = False) -> dict:
             "CreateContainerConfigError",
             'container agents: secret "s" not found',
             "active",
-        ),  # fmt: skip
+        ),
         (
             {
                 "conditions": [
@@ -145,7 +145,7 @@ def _waiting(reason: str, message: str, init: bool = False) -> dict:
                         "message": UNSCHEDULABLE_MESSAGE,
                     }
                 ]
-            },  # fmt: skip
+            },
             "Unschedulable",
             UNSCHEDULABLE_MESSAGE,
             "active",

@@ -142,6 +142,7 @@ class OperatorThread:
             host=str(server.url),
             post_kopf_events=False,
             progress_interval=1.0,
+            resync_interval=1.0,
             liveness=f"http://127.0.0.1:{_free_port()}/healthz",
             metrics_port=_free_port(),
             **overrides,
