@@ -51,7 +51,7 @@ e2e-node: $(STAMP)
 
 # benchmarks/node_job.py on the node that e2e-node brings up: the pendulum example there against `local`.
 bench-node: $(STAMP)
-	PYTHON=$(BIN)/python tools/e2e-node.sh $(BIN)/python benchmarks/node_job.py
+	PYTHON=$(BIN)/python PYTHONPATH=$(CURDIR) tools/e2e-node.sh $(BIN)/python benchmarks/node_job.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks tools

@@ -6,7 +6,7 @@ from __future__ import annotations
 from agents_operator.trainer import checkpoints
 from tests.node.node import CLAIM, until
 
-TOTAL_STEPS = 1_200_000
+TOTAL_STEPS = 4_000_000
 
 
 def _job(name: str) -> dict:
