@@ -471,6 +471,14 @@ class Launcher:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(self.status, sort_keys=False))
 
+    def _progress(self, metrics: dict[str, float] | None) -> None:
+        """The chief's metrics on the console, and in the status file's `progress` as the operator writes it."""
+        self.tracker.update(metrics)
+        progress = status.progress_from_samples(metrics, datetime.now(UTC)) if metrics else None
+        old = {k: v for k, v in (self.status.get("progress") or {}).items() if k != "updatedAt"}
+        if progress and {k: v for k, v in progress.items() if k != "updatedAt"} != old:
+            self._write_status({"progress": progress})
+
     def outcome(self) -> rules.Outcome | None:
         """How the job ended (Succeeded, Failed, or Suspended, which runs nothing here); None while it runs."""
         return conditions.ended(self.status)
@@ -491,10 +499,10 @@ class Launcher:
                     continue  # what the plan changed is observed at once, as the operator's watch tells it
                 if time.monotonic() - last_metrics >= METRICS_SECONDS:
                     last_metrics = time.monotonic()
-                    self.tracker.update(scrape.scrape(self.metrics_url))
+                    self._progress(scrape.scrape(self.metrics_url))
                 time.sleep(POLL_SECONDS)
         finally:
-            self.tracker.update(scrape.scrape(self.metrics_url))
+            self._progress(scrape.scrape(self.metrics_url))
             self.stop_all()
             self.tracker.finish(self.logdir, self.since)
 

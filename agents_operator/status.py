@@ -342,7 +342,11 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def progress_from_metrics(text: str, now: datetime) -> dict[str, Any] | None:
     """status.progress from the chief's metrics, or None when none of the trainer's metrics is there."""
-    samples = parse_metrics(text)
+    return progress_from_samples(parse_metrics(text), now)
+
+
+def progress_from_samples(samples: Mapping[str, float], now: datetime) -> dict[str, Any] | None:
+    """status.progress from parsed samples (`parse_metrics`), or None when none of the trainer's is there."""
     progress: dict[str, Any] = {}
     for metric, field in PROGRESS_METRICS.items():
         value = samples.get(metric)

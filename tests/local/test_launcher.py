@@ -181,6 +181,13 @@ def test_progress_comes_from_the_chiefs_metrics(tmp_path):
     assert outcome.succeeded
     assert launcher.tracker.last[status.METRIC_MEAN_RETURN] == -180.5
     assert "training return -180.5" in launcher.tracker.summary()
+    # ... and in the status file, as the operator writes status.progress
+    written = yaml.safe_load((tmp_path / "logs" / local.STATUS_FILE).read_text())
+    assert {k: v for k, v in written["progress"].items() if k != "updatedAt"} == {
+        "globalStep": 7,
+        "envSteps": 1200,
+        "meanReturn": -180.5,
+    }
 
 
 def test_ctrl_c_stops_every_process(tmp_path):
