@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from agents_operator import api, naming
 from agents_operator.kube import Kube
 from tests.operator.world import make_job
@@ -29,6 +31,17 @@ def manifest(name: str = "pj", **kwargs) -> dict:
         server = environments.setdefault("server", {})
         server["template"] = {"spec": {"nodeSelector": NOWHERE, "containers": [{"name": "env-server"}]}}
     return job
+
+
+def skipped_module(reason: str) -> type[pytest.Module]:
+    """A pytest Module class that skips the whole module with `reason`: a suite whose cluster is not there
+    (pytest folds the same skip of every module into one line of its summary)."""
+
+    class Skipped(pytest.Module):
+        def _getobj(self):
+            pytest.skip(reason, allow_module_level=True)
+
+    return Skipped
 
 
 class Cluster:

@@ -23,7 +23,7 @@ import yaml
 
 from agents_operator.kube import Kube
 from tests.e2e import installs
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster, skipped_module, wait_for
 
 KUBECONFIG = os.environ.get("AGENTS_E2E_KUBECONFIG")
 
@@ -37,11 +37,7 @@ SKIP_REASON = (
 )
 
 
-class WithoutCluster(pytest.Module):
-    """A test module of this suite where there is no cluster: skipped as a whole, with one reason."""
-
-    def _getobj(self):
-        pytest.skip(SKIP_REASON, allow_module_level=True)
+WithoutCluster = skipped_module(SKIP_REASON)
 
 
 def pytest_pycollect_makemodule(module_path, parent):

@@ -19,7 +19,7 @@ import yaml
 
 from agents_operator.kube import Kube
 from tests.e2e import installs
-from tests.e2e.cluster import wait_for
+from tests.e2e.cluster import skipped_module, wait_for
 from tests.node.node import Namespace
 
 KUBECONFIG = os.environ.get("AGENTS_NODE_KUBECONFIG")
@@ -35,11 +35,7 @@ SKIP_REASON = (
 )
 
 
-class WithoutNode(pytest.Module):
-    """A test module of this suite where there is no node: skipped as a whole, with one reason."""
-
-    def _getobj(self):
-        pytest.skip(SKIP_REASON, allow_module_level=True)
+WithoutNode = skipped_module(SKIP_REASON)
 
 
 def pytest_pycollect_makemodule(module_path, parent):
