@@ -152,7 +152,7 @@ class OperatorUsage:
 
     def __init__(self, kube: Kube, install: installs.Install):
         self.kube, self.install = kube, install
-        self.peak_mib = 0.0
+        self.peak_mib = self.last_mib = 0.0
         self.cpu_s: dict[int, float] = {}
         self.first_cpu: dict[int, float] = {}
         self._stop = threading.Event()
@@ -202,7 +202,7 @@ class OperatorUsage:
 
     def report(self) -> dict[str, float]:
         cpu = sum(self.cpu_s[pid] - self.first_cpu[pid] for pid in self.cpu_s)
-        return {"rss_peak_mib": round(self.peak_mib, 1), "rss_last_mib": round(getattr(self, "last_mib", 0.0), 1),
+        return {"rss_peak_mib": round(self.peak_mib, 1), "rss_last_mib": round(self.last_mib, 1),
                 "cpu_s": round(cpu, 2), "pods": len(self.cpu_s)}  # fmt: skip
 
 
