@@ -114,7 +114,7 @@ def test_the_evaluator_scores_the_chiefs_checkpoints(tmp_path):
             "spec": {
                 "trainer": {
                     "preset": "pendulum",
-                    "totalSteps": 8_000,
+                    "totalSteps": 80_000,  # outlasts the evaluator's start even when the trainer runs fast
                     "envsPerWorker": 2,
                     "envsPerProcess": 2,
                     "rolloutSteps": 256,
