@@ -62,6 +62,8 @@ class JobMemory:
     counted: dict[str, int] = field(default_factory=dict)
     failures: int = 0
     desired: reconcile.DesiredCache = field(default_factory=reconcile.DesiredCache)
+    pod_events: dict[str, tuple[float, list[dict]]] = field(default_factory=dict)
+    """Events of pods that wait with nothing said: pod name -> (time.monotonic() when read, Events)."""
 
 
 @dataclass
@@ -94,6 +96,8 @@ Step and Score should move in `kubectl get aj` meanwhile. A read is one GET to t
 moved, one status patch."""
 RESYNC_INTERVAL = 30.0
 """Default seconds between resyncs of every job."""
+EVENTS_TTL = 10.0
+"""Seconds the Events read for a waiting pod are reused by later reconciles before being read again."""
 
 
 @dataclass
@@ -226,6 +230,7 @@ class Controller:
                 return None
             rec.forgotten = False
             job, pods = self._overlay(job, pods, rec.memory)
+            pods = await self._explain(key, rec.memory, pods)
             started = time.perf_counter()
             plan = await self.plan(job, pods, services, deployments, rec.memory.desired)
             if plan.actions and log.isEnabledFor(logging.DEBUG):  # a large job's plan is thousands of actions
@@ -299,6 +304,20 @@ class Controller:
             n: v for n, v in memory.counted.items() if n in names and not any(p.name == n and p.counted for p in pods)
         }
         return job, status.overlay(pods, memory.deleting, memory.counted)
+
+    async def _explain(self, key: Key, memory: JobMemory, pods: list) -> list:
+        """Pods Pending for a while with nothing said in their status, with the reason their Events give (a
+        volume the kubelet cannot mount, a sandbox it cannot create: the status says only ContainerCreating).
+        Events are read only for such pods, once per EVENTS_TTL s each."""
+        now, clock = self.now(), time.monotonic()
+        waiting = {p.name for p in pods if status.unexplained(p, now)}
+        memory.pod_events = {name: read for name, read in memory.pod_events.items() if name in waiting}
+        read_at = {name: at for name, (at, _) in memory.pod_events.items()}
+        stale = sorted(n for n in waiting if n not in read_at or clock - read_at[n] >= EVENTS_TTL)
+        if stale:
+            found = await asyncio.to_thread(self.kube.pod_events, key[0], stale)
+            memory.pod_events.update({name: (clock, events) for name, events in found.items()})
+        return [status.explained(p, memory.pod_events[p.name][1], now) if p.name in waiting else p for p in pods]
 
     def _learn(self, key: Key, memory: JobMemory, plan: reconcile.Plan, outcome: Any) -> None:
         if outcome.job_gone or outcome.job_deleted:

@@ -272,6 +272,22 @@ class Kube:
         except (ApiError, OSError) as err:  # an Event is never worth failing a reconcile for
             log.warning("event %s/%s %s not posted: %s", namespace, name, reason, err)
 
+    def pod_events(self, namespace: str, pods: list[str]) -> dict[str, list[dict]]:
+        """The Events about each of `pods` (by name), one GET each. Reading them is never worth failing a
+        reconcile for: a pod whose Events cannot be read (no permission, an error) gets none."""
+
+        def read(name: str) -> list[dict]:
+            selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+            try:
+                return (
+                    self.request("GET", path("Event", namespace), query={"fieldSelector": selector}).get("items") or []
+                )
+            except (ApiError, OSError) as err:
+                log.warning("events of pod %s/%s not read: %s", namespace, name, err)
+                return []
+
+        return dict(zip(pods, self._parallel(read, pods), strict=True))
+
     # --- plans -----------------------------------------------------------------------------------------------
 
     def execute(self, job: dict, plan: reconcile.Plan, now: datetime | None = None) -> Outcome:

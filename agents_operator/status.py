@@ -51,6 +51,22 @@ MESSAGE_CHARS = 300
 NEVER_STARTS = frozenset({"ErrImageNeverPull", "InvalidImageName"})
 """Of those, the ones no retry of the kubelet's can end: such a pod counts as failed and its replica's
 restartPolicy decides (it is replaced, or the job fails)."""
+START_WARNINGS = frozenset(
+    {
+        "FailedMount",
+        "FailedAttachVolume",
+        "FailedMapVolume",
+        "FailedCreatePodSandBox",
+        "FailedCreatePodContainer",
+    }
+)
+"""The Warning Events the kubelet (and the attach/detach controller) post for a scheduled pod whose containers
+cannot be created: a ConfigMap, Secret or claim it cannot mount, a sandbox the runtime or the network plugin
+cannot set up. The pod's own status says only ContainerCreating; these Events are where the reason is."""
+START_PATIENCE = 10.0
+"""Seconds a pod may stay Pending with nothing said before the operator reads its Warning Events."""
+WARNING_WINDOW = 180.0
+"""Seconds a Warning Event explains a wait: the kubelet repeats one at least every ~2 min while its cause lasts."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +92,14 @@ class PodView:
     counted: int | None = None
     """Value of ANNOTATION_COUNTED: this failure is already in status.restarts."""
     waiting: str | None = None
-    """Why a pod that has not finished cannot start: the kubelet's reason (one of CANNOT_START) or the
-    scheduler's (UNSCHEDULABLE); None while it starts or runs as it should."""
+    """Why a pod that has not finished cannot start: the kubelet's reason (one of CANNOT_START), the
+    scheduler's (UNSCHEDULABLE) or that of a Warning Event about it (START_WARNINGS, `explained`); None while
+    it starts or runs as it should."""
     waiting_message: str | None = None
     """What the kubelet or the scheduler said with `waiting`, naming the container."""
+    uid: str | None = None
+    created: datetime | None = None
+    """metadata.creationTimestamp: how long a Pending pod has waited."""
 
     @property
     def state(self) -> str:
@@ -170,7 +190,55 @@ def view_pod(pod: Mapping[str, Any], job: str | None = None) -> PodView | None:
         counted=int(counted) if counted and str(counted).isdigit() else None,
         waiting=waiting,
         waiting_message=waiting_message,
+        uid=meta.get("uid"),
+        created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def unexplained(pod: PodView, now: datetime) -> bool:
+    """A pod Pending for START_PATIENCE s with no reason in its status: its Warning Events may give one."""
+    if pod.phase != PHASE_PENDING or pod.waiting or pod.terminating or pod.created is None:
+        return False
+    return (now - pod.created).total_seconds() >= START_PATIENCE
+
+
+def explained(pod: PodView, events: Iterable[Mapping[str, Any]], now: datetime) -> PodView:
+    """`pod` with the reason its Events give for its wait: the latest Warning in START_WARNINGS, seen in the
+    last WARNING_WINDOW s and not followed by a Normal Event of the kubelet's (a pull, a create: the start
+    went on past it). Unchanged when there is none. Events of an earlier pod of the same name (the slot's,
+    before a restart) are told apart by uid."""
+    warning: tuple[datetime, Mapping[str, Any]] | None = None
+    progress: datetime | None = None
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        seen = _event_time(event)
+        if seen is None or involved.get("name") != pod.name or (pod.uid and involved.get("uid") != pod.uid):
+            continue
+        if event.get("type") == "Warning" and event.get("reason") in START_WARNINGS:
+            if warning is None or seen >= warning[0]:
+                warning = (seen, event)
+        elif event.get("type") == "Normal" and _from_kubelet(event):
+            progress = seen if progress is None else max(progress, seen)
+    if warning is None or (now - warning[0]).total_seconds() > WARNING_WINDOW:
+        return pod
+    if progress is not None and progress >= warning[0]:
+        return pod
+    event = warning[1]
+    said = " ".join(str(event.get("message") or event["reason"]).split())[:MESSAGE_CHARS]
+    return replace(pod, waiting=event["reason"], waiting_message=said)
+
+
+def _from_kubelet(event: Mapping[str, Any]) -> bool:
+    return "kubelet" in ((event.get("source") or {}).get("component"), event.get("reportingComponent"))
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime | None:
+    """When an Event (core/v1, as the kubelet posts them, or events.k8s.io) was last seen."""
+    series = event.get("series") or {}
+    for text in (series.get("lastObservedTime"), event.get("lastTimestamp"), event.get("eventTime")):
+        if seen := parse_time(text):
+            return seen
+    return parse_time((event.get("metadata") or {}).get("creationTimestamp"))
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,49 @@ def test_create_makes_every_child_with_owner_references(cluster):
     wait_for(lambda: cluster.state() == "Running", 60, "Running")
 
 
+def _pod_event(cluster, pod: dict, reason: str, message: str, uid: str | None = None) -> None:
+    """An Event about `pod` as the kubelet posts one."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta = pod["metadata"]
+    involved = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": cluster.ns}
+    event = {
+        "metadata": {"generateName": f"{meta['name']}."},
+        "involvedObject": {**involved, "uid": uid or meta["uid"]},
+        "type": "Warning",
+        "reason": reason,
+        "message": message,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "source": {"component": "kubelet", "host": "node"},
+    }
+    cluster.kube.request("POST", f"/api/v1/namespaces/{cluster.ns}/events", body=event)
+
+
+def test_a_pod_that_cannot_mount_a_volume_is_said_from_its_events(cluster):
+    """The status of a pod whose volume the kubelet cannot mount says only ContainerCreating: the operator reads
+    the reason from the pod's Events, through the real server's field selector and the chart's RBAC."""
+    cluster.create_job()
+    wait_for(lambda: len(cluster.live_pods()) == 3, 60, "pods")
+    pods = cluster.pods()
+    missing = 'MountVolume.SetUp failed for volume "config" : configmap "settings" not found'
+    _pod_event(cluster, pods["pj-worker-1"], "FailedMount", missing)
+    _pod_event(cluster, pods["pj-worker-0"], "FailedMount", "of an earlier pod", uid="0000-earlier")
+    failure = wait_for(
+        lambda: next((c for c in cluster.status().get("conditions", []) if c["reason"] == "FailedMount"), None),
+        30,
+        "ReplicaFailure FailedMount",
+    )
+    assert (failure["type"], failure["status"]) == ("ReplicaFailure", "True")
+    assert failure["message"] == f"pod pj-worker-1 cannot start: {missing}"  # worker-0's is an earlier pod's
+    assert cluster.state() == "ReplicaFailure"
+    wait_for(
+        lambda: any(e["involvedObject"]["kind"] == "AgentsJob" for e in cluster.events("FailedMount")), 30, "Event"
+    )
+    cluster.run_all()
+    wait_for(lambda: cluster.state() == "Running", 60, "Running once the pods start")
+
+
 @pytest.mark.parametrize(
     ("policy", "exit_code", "replaced"),
     [

@@ -2,7 +2,7 @@
 
 The exit codes, reasons and messages here are the kubelet's and the scheduler's: a container killed from the
 node with SIGKILL, a trainer that exits with an error, an image the node does not hold, requests no node fits,
-a memory limit the trainer outgrows, a Secret that does not exist.
+a memory limit the trainer outgrows, a Secret or a ConfigMap that does not exist.
 """
 
 from __future__ import annotations
@@ -90,6 +90,18 @@ def test_a_missing_secret_is_said_while_the_job_waits(namespace):
     ns.apply(job("nosecret", env=env))
     condition = _said(ns, "nosecret", "ReplicaFailure", "CreateContainerConfigError")
     assert 'secret "no-such-secret" not found' in condition["message"], condition
+
+
+def test_a_volume_the_kubelet_cannot_mount_is_said_while_the_job_waits(namespace):
+    """The pod's status says only ContainerCreating; the kubelet's reason is in its FailedMount Events."""
+    ns = namespace
+    manifest = job("nomount", volumeMounts=[{"name": "settings", "mountPath": "/settings"}])
+    volume = {"name": "settings", "configMap": {"name": "no-such-config"}}
+    manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["volumes"] = [volume]
+    ns.apply(manifest)
+    condition = _said(ns, "nomount", "ReplicaFailure", "FailedMount")
+    assert 'configmap "no-such-config" not found' in condition["message"], condition
+    assert ns.state("nomount") == "ReplicaFailure"
 
 
 def test_a_replica_killed_for_memory_is_retried_then_fails_the_job_with_oomkilled(namespace):

@@ -9,6 +9,7 @@ import logging
 import threading
 import tracemalloc
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -31,6 +32,9 @@ class FakeKube:
         self.fail_after: int | None = None
         self.refuse: set[str] = set()
         """Names of children whose create the API server refuses."""
+        self.events: dict[str, list[dict]] = {}
+        """Events by pod name, as `pod_events` returns them."""
+        self.event_reads: list[list[str]] = []
 
     def execute(self, job, plan, now=None) -> Outcome:
         self.plans.append(plan)
@@ -49,6 +53,10 @@ class FakeKube:
 
     def get(self, *args):
         return None
+
+    def pod_events(self, namespace, pods):
+        self.event_reads.append(list(pods))
+        return {name: self.events.get(name, []) for name in pods}
 
     def patch_status(self, namespace, name, patch):
         self.patches.append(patch)
@@ -113,6 +121,41 @@ async def test_what_happened_before_an_api_error_is_remembered():
     assert plan.of(reconcile.MarkCounted) == []
     assert plan.status["restarts"] == 1
     assert [a.name for a in plan.of(reconcile.Delete)] == ["pj-worker-1"]
+
+
+async def test_a_pod_that_waits_with_nothing_said_is_explained_by_its_events():
+    """A pod Pending with only ContainerCreating in its status: the kubelet's FailedMount Event is the reason,
+    read once per EVENTS_TTL s and only for pods that wait past START_PATIENCE."""
+    world = World(make_job())
+    world.settle()
+    young = status.timestamp(NOW - timedelta(seconds=status.START_PATIENCE - 1))
+    for pod in world.pods.values():
+        pod["metadata"]["creationTimestamp"] = young
+    old = world.pods["pj-worker-1"]["metadata"]
+    old["creationTimestamp"] = status.timestamp(NOW - timedelta(seconds=30))
+    missing = 'MountVolume.SetUp failed for volume "config" : configmap "settings" not found'
+    controller, fake = controller_for(world)
+    fake.events["pj-worker-1"] = [
+        {
+            "involvedObject": {"kind": "Pod", "name": "pj-worker-1"},
+            "type": "Warning",
+            "reason": "FailedMount",
+            "message": missing,
+            "lastTimestamp": status.timestamp(NOW - timedelta(seconds=5)),
+        }
+    ]
+    plan = await controller.reconcile(KEY)
+    failure = next(c for c in plan.status["conditions"] if c["type"] == "ReplicaFailure")
+    assert (failure["status"], failure["reason"]) == ("True", "FailedMount")
+    assert failure["message"] == f"pod pj-worker-1 cannot start: {missing}"
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "FailedMount")]
+    assert fake.event_reads == [["pj-worker-1"]]  # the young pods may just be starting
+    await controller.reconcile(KEY)
+    assert fake.event_reads == [["pj-worker-1"]]  # read again only after EVENTS_TTL
+    world.set_phase("pj-worker-1", "Running")
+    set_indexes(controller, world)
+    await controller.reconcile(KEY)
+    assert controller.jobs[KEY].memory.pod_events == {}  # nothing kept of pods that no longer wait
 
 
 async def test_kicks_are_coalesced_and_errors_retried():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agents_operator import status
@@ -175,3 +177,75 @@ def test_a_failed_container_says_its_last_line():
     assert status.view_pod(pod).message == "error: env_id 'X': no such environment"
     terminated["message"] = "x" * 5000
     assert len(status.view_pod(pod).message) == status.MESSAGE_CHARS
+
+
+# Events as the real node posted them for a pod whose ConfigMap volume does not exist (tests/node): the
+# scheduler's Normal, a transient FailedMount of the token volume, and the kubelet's repeated FailedMount.
+POD_UID = "df8fe556-dacd-4c79-a7f7-7272003bed23"
+MISSING = 'MountVolume.SetUp failed for volume "v" : configmap "nope" not found'
+
+
+def _event(kind: str, reason: str, message: str, at: str, *, uid: str = POD_UID, kubelet: bool = True) -> dict:
+    return {
+        "involvedObject": {"kind": "Pod", "name": "j-worker-0", "uid": uid},
+        "type": kind,
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": at,
+        "source": {"component": "kubelet", "host": "kube-node"} if kubelet else {},
+        "reportingComponent": "kubelet" if kubelet else "default-scheduler",
+    }
+
+
+def _pending(created: str = "2030-01-01T11:59:30Z") -> status.PodView:
+    pod = make_pod("j", "worker", 0, "Pending")
+    pod["metadata"].update(uid=POD_UID, creationTimestamp=created)
+    return status.view_pod(pod)
+
+
+NODE_EVENTS = [
+    _event(
+        "Normal", "Scheduled", "Successfully assigned ns/j-worker-0 to kube-node", "2030-01-01T11:59:30Z", kubelet=False
+    ),
+    _event("Warning", "FailedMount", 'MountVolume.SetUp failed for volume "token" : not found', "2030-01-01T11:59:30Z"),
+    _event("Warning", "FailedMount", MISSING, "2030-01-01T11:59:46Z"),
+]
+
+
+def test_a_pod_waits_unexplained_only_while_pending_with_nothing_said_for_a_while():
+    assert status.unexplained(_pending(), NOW)  # 30 s
+    assert not status.unexplained(_pending("2030-01-01T11:59:55Z"), NOW)  # 5 s: it may just be starting
+    assert not status.unexplained(replace(_pending(), waiting="ImagePullBackOff"), NOW)
+    assert not status.unexplained(replace(_pending(), phase="Running"), NOW)
+    assert not status.unexplained(replace(_pending(), terminating=True), NOW)
+
+
+def test_a_warning_event_explains_a_pod_that_waits():
+    view = status.explained(_pending(), NODE_EVENTS, NOW)
+    assert (view.waiting, view.waiting_message, view.state) == ("FailedMount", MISSING, "active")
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [],
+        # the start went on past the warning: the kubelet pulled and created the container after it
+        [*NODE_EVENTS, _event("Normal", "Pulled", "Container image already present", "2030-01-01T11:59:47Z")],
+        # an earlier pod of the slot (another uid), a warning of the kind that says nothing about starting
+        [_event("Warning", "FailedMount", MISSING, "2030-01-01T11:59:46Z", uid="other")],
+        [_event("Warning", "Unhealthy", "Readiness probe failed", "2030-01-01T11:59:46Z")],
+        # said more than WARNING_WINDOW s ago
+        [_event("Warning", "FailedMount", MISSING, "2030-01-01T11:56:00Z")],
+    ],
+)
+def test_events_that_do_not_explain_a_wait(events):
+    assert status.explained(_pending(), events, NOW) == _pending()
+
+
+def test_the_latest_time_of_an_event_is_its_series_or_its_event_time():
+    series = _event("Warning", "FailedCreatePodSandBox", "failed to set up the network", "2030-01-01T11:50:00Z")
+    series["series"] = {"lastObservedTime": "2030-01-01T11:59:50.123456Z", "count": 4}
+    assert status.explained(_pending(), [series], NOW).waiting == "FailedCreatePodSandBox"
+    micro = {**_event("Warning", "FailedMount", MISSING, ""), "lastTimestamp": None}
+    micro["eventTime"] = "2030-01-01T11:59:58.000001Z"
+    assert status.explained(_pending(), [micro], NOW).waiting_message == MISSING

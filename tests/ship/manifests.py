@@ -58,8 +58,9 @@ def grants(*, cluster_wide: bool, peering: bool, rules: str | None = None) -> di
     return out
 
 
-NEEDED = grants(cluster_wide=True, peering=False, rules="application") | {("", "events"): {"create"}}
-"""What kube.py and handlers.py do to jobs and their children, and their Events."""
+NEEDED = grants(cluster_wide=True, peering=False, rules="application")
+NEEDED.setdefault(("", "events"), set()).add("create")
+"""What kube.py and handlers.py do to jobs, their children and Events (posted about jobs, read about pods)."""
 
 
 def documents(text: str) -> list[dict]:

@@ -173,8 +173,7 @@ def _rules(docs: list[dict], group: str) -> list[dict]:
 @pytest.mark.parametrize("scenario", ["cluster", "namespaced-ha"])
 def test_application_rules_are_exactly_what_the_operator_does(rendered, scenario):
     rules = manifests.granted(_rules(rendered[scenario], "application"))
-    needed = {k: v for k, v in manifests.NEEDED.items() if k[1] != "events"}
-    assert rules == needed
+    assert rules == manifests.grants(cluster_wide=True, peering=False, rules="application")
     assert manifests.application_resources() <= set(manifests.NEEDED)
 
 
