@@ -1,4 +1,5 @@
-"""The trainer's modules form layers: no import cycle, and sampling and the environments import no TensorFlow.
+"""The trainer's modules form layers: no import cycle, between modules or between the trainer's packages, and
+sampling and the environments import no TensorFlow.
 
 The graph is read from the source with `ast`, so it holds every import a module can make: at module level,
 inside functions (an import there to dodge a cycle would hide it from a runtime check) and under
@@ -22,7 +23,7 @@ TENSORFLOW_FREE = [
     f"{TRAINER}.envs",
     f"{TRAINER}.sampling",
     f"{TRAINER}.envserver",
-    f"{TRAINER}.normalize",
+    f"{TRAINER}.ppo.normalize",
     f"{TRAINER}.ppo.policy",
     f"{TRAINER}.ppo.returns",
 ]
@@ -83,6 +84,21 @@ def _graph(prefix: str, runtime_only: bool) -> dict[str, set[str]]:
     return {m: {i for i in _imports(m, runtime_only) if i in _modules() and i != m} for m in modules}
 
 
+def _package(module: str) -> str:
+    """The package a module belongs to: itself for a package's `__init__`, else the one that holds it."""
+    return module if _modules()[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _package_graph(prefix: str) -> dict[str, set[str]]:
+    """Package -> the packages its modules import, for the packages under `prefix` (`prefix` itself being one:
+    its own modules, e.g. `agents_operator.trainer.learner`, against those of its sub-packages)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _graph(prefix, runtime_only=False).items():
+        targets = {_package(i) for i in imported if i == prefix or i.startswith(prefix + ".")}
+        graph.setdefault(_package(module), set()).update(targets - {_package(module)})
+    return graph
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle of `graph` (its modules in order, the first repeated last), or None."""
     state: dict[str, str] = {}
@@ -126,6 +142,15 @@ def test_the_trainer_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_the_trainers_packages_import_one_another_in_layers():
+    """Not only modules: the trainer's own modules and each of its sub-packages (envs, envserver, sampling, ppo)
+    import one another without a cycle, so each package can be read, tested and loaded above those it uses."""
+    graph = _package_graph(TRAINER)
+    assert {f"{TRAINER}.envs", f"{TRAINER}.envserver", f"{TRAINER}.sampling", f"{TRAINER}.ppo"} <= graph.keys()
+    cycle = _cycle(graph)
+    assert cycle is None, "package import cycle: " + " -> ".join(cycle)
+
+
 @pytest.mark.parametrize(
     "module", [m for m in _modules() if any(m == p or m.startswith(p + ".") for p in TENSORFLOW_FREE)]
 )
@@ -137,6 +162,9 @@ def test_sampling_and_environments_import_no_tensorflow(module):
 def test_the_checks_see_a_cycle_and_a_route_to_tensorflow():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    assert _package(f"{TRAINER}.envs") == _package(f"{TRAINER}.envs.batch") == f"{TRAINER}.envs"
+    assert _package(f"{TRAINER}.learner") == TRAINER
+    assert f"{TRAINER}.envs" in _package_graph(TRAINER)[f"{TRAINER}.sampling"]
     assert _tensorflow_route(f"{TRAINER}.learner") == [f"{TRAINER}.learner", "tensorflow"]
 
 

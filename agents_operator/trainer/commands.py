@@ -446,11 +446,11 @@ def _check_env_server(address: str, env_id: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise UsageError(f"--env-server {address!r}: expected HOST:PORT")
-    from agents_operator.trainer.envs import remote
+    from agents_operator.trainer.envserver import client, connection
 
     try:
-        remote.connect([address], env_id, startup_timeout=_ENV_SERVER_STARTUP_SECONDS).close()
-    except (remote.EnvServerError, ValueError) as error:
+        client.connect([address], env_id, startup_timeout=_ENV_SERVER_STARTUP_SECONDS).close()
+    except (connection.EnvServerError, ValueError) as error:
         raise UsageError(f"--env-server {address}: {error}") from None
 
 

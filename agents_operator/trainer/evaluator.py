@@ -20,10 +20,10 @@ import numpy as np
 from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
-from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envserver import client
 from agents_operator.trainer.learner import Learner, vector_size
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.summaries import SummaryWriter
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def run(
     if env_servers is None:
         episodes = BatchEnv.for_episodes(config.env_id, config.max_episode_steps, config.eval_episodes)
     else:
-        episodes = remote.connect(list(env_servers.addresses), config.env_id)
+        episodes = client.connect(list(env_servers.addresses), config.env_id)
     learner = Learner(config, vector_size(episodes.observation_shape), vector_size(episodes.action_shape))
     writer = SummaryWriter(logdir / "evaluator")
     seen: Path | None = None

@@ -28,7 +28,7 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
-from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import Layer, NumpyPolicy
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -25,8 +25,8 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer import playback, visualize
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import Played
-from agents_operator.trainer.envs.remote import RemoteBatchEnv
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.envserver.client import RemoteBatchEnv
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 

@@ -30,9 +30,9 @@ from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import distributed
 from agents_operator.trainer.checkpoints import CheckpointError
-from agents_operator.trainer.normalize import Moments
 from agents_operator.trainer.ppo import losses
 from agents_operator.trainer.ppo.networks import Networks, mlp_tf
+from agents_operator.trainer.ppo.normalize import Moments
 from agents_operator.trainer.ppo.objective import METRICS, Objective, ppo_objective
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch

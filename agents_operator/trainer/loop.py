@@ -27,16 +27,16 @@ from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer import checkpoints, distributed, export, final, rundir
-from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
-from agents_operator.trainer.envs.remote import RemoteBatchEnv
+from agents_operator.trainer.envs.rollout import simulation_share
+from agents_operator.trainer.envserver import client
+from agents_operator.trainer.envserver.client import RemoteBatchEnv
 from agents_operator.trainer.export import Episodes
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.sampling import samplers
-from agents_operator.trainer.sampling.rollout import simulation_share
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from agents_operator.trainer.summaries import SummaryWriter
 
@@ -266,7 +266,7 @@ def _batch_env(config: TrainerConfig, worker: int, env_servers: EnvServers | Non
             seed=topology.first_env_seed(config, worker),
             max_episode_steps=config.max_episode_steps,
         )
-    env = remote.connect(list(env_servers.addresses), config.env_id)
+    env = client.connect(list(env_servers.addresses), config.env_id)
     if env.num_envs != config.envs_per_worker:
         env.close()
         raise ValueError(

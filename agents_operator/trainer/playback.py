@@ -24,14 +24,14 @@ from agents_operator import policy as exported_policy
 from agents_operator import topology
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints, export
-from agents_operator.trainer.envs import remote
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import Act, LocalEpisodes, OnFrame, Played
-from agents_operator.trainer.envs.remote import RemoteBatchEnv
+from agents_operator.trainer.envs.rollout import Rollout
+from agents_operator.trainer.envserver import client
+from agents_operator.trainer.envserver.client import RemoteBatchEnv
 from agents_operator.trainer.learner import Learner, vector_size
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.rollout import Rollout
 
 
 @dataclass
@@ -65,7 +65,7 @@ def source(env_id: str, max_episode_steps: int | None, env_server: str | None, e
     """The env server at `env_server`; else, with `render`, an environment of this process that renders rgb
     frames, or without, worker processes to play `episodes` episodes on (`BatchEnv.for_episodes`)."""
     if env_server is not None:
-        return remote.connect([env_server], env_id)
+        return client.connect([env_server], env_id)
     if render:
         return LocalEpisodes(env_id, max_episode_steps, render=True)
     return BatchEnv.for_episodes(env_id, max_episode_steps, episodes)
@@ -105,7 +105,7 @@ def collect(directory: Path, env_servers: list[str], steps: int, seed: int) -> R
     """`steps` steps of every environment of `env_servers`, reset first, acting with the exported policy in
     `directory` (sampling: the noise is drawn from `seed`)."""
     numpy_policy, observations, metadata = export.read(directory)
-    with remote.connect(env_servers, metadata.env_id) as env:
+    with client.connect(env_servers, metadata.env_id) as env:
         env.reset()
         shape = (steps, env.num_envs, *env.action_shape)
         noise = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)

@@ -19,12 +19,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from agents_operator.trainer.envs import rollout as rollout_module
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.make import make_env, usable_cpus
 from agents_operator.trainer.envs.types import EnvProcessError
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling import rollout as rollout_module
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -340,7 +340,7 @@ PARENT = textwrap.dedent(
     import signal, sys, time
     import numpy as np
     from agents_operator.trainer.envs.batch import BatchEnv
-    from agents_operator.trainer.normalize import Normalizer
+    from agents_operator.trainer.ppo.normalize import Normalizer
     from agents_operator.trainer.ppo.policy import NumpyPolicy
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background

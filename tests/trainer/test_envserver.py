@@ -18,11 +18,12 @@ import pytest
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.batch import BatchEnv
-from agents_operator.trainer.envs.remote import EnvServerError, EnvServerUnavailable, RemoteBatchEnv
+from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envserver import protocol, server
-from agents_operator.trainer.normalize import Moments
+from agents_operator.trainer.envserver.client import RemoteBatchEnv
+from agents_operator.trainer.envserver.connection import EnvServerError, EnvServerUnavailable
+from agents_operator.trainer.ppo.normalize import Moments
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.rollout import Rollout
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 from .cli import run

@@ -11,9 +11,10 @@ import pytest
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes, run_episodes
 from agents_operator.trainer.envs.make import make_env
-from agents_operator.trainer.envs.remote import EnvServerError, RemoteBatchEnv
 from agents_operator.trainer.envserver import server
-from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.envserver.client import RemoteBatchEnv
+from agents_operator.trainer.envserver.connection import EnvServerError
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 
 from .envserver_envs import RAISING
 from .test_envserver import FAST, ROLLOUT_CONFIG, random_actions, random_policy, serving

@@ -13,10 +13,12 @@ import pytest
 
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes
-from agents_operator.trainer.envs.remote import EnvServerError, RemoteBatchEnv
+from agents_operator.trainer.envs.policy_message import policy_message
 from agents_operator.trainer.envserver import protocol, server
+from agents_operator.trainer.envserver.client import RemoteBatchEnv
+from agents_operator.trainer.envserver.connection import EnvServerError
 from agents_operator.trainer.envserver.requests import Limits
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 
 from .test_envserver import FAST, ROLLOUT_CONFIG, ServerProcess, random_policy, serving
 
@@ -51,7 +53,7 @@ def normalizer() -> Normalizer:
 
 def evaluation(episodes: int, seed: int = 0) -> dict[str, Any]:
     policy = random_policy(ROLLOUT_CONFIG, 3, 1)
-    return {**protocol.policy_message(policy, normalizer()), "episodes": episodes, "seed": seed}
+    return {**policy_message(policy, normalizer()), "episodes": episodes, "seed": seed}
 
 
 def refusal(raw: Raw, method: str, message: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from agents_operator.trainer import final, visualize
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.types import EnvProcessError
-from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 
 from .envserver_envs import RAISING
 from .test_envserver import ROLLOUT_CONFIG, random_policy

@@ -17,7 +17,7 @@ from agents_operator import policy as loader
 from agents_operator.trainer import checkpoints, export, loop, playback, rundir
 from agents_operator.trainer.envs.episodes import deterministic, play
 from agents_operator.trainer.envs.make import make_env
-from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 from .cli import run

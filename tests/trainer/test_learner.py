@@ -10,7 +10,7 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.learner import Batch, Learner
-from agents_operator.trainer.normalize import Moments
+from agents_operator.trainer.ppo.normalize import Moments
 
 OBS, ACT = 3, 2
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agents_operator.trainer.normalize import Moments, Normalizer, RewardScaler
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer, RewardScaler
 
 
 def _chunks(seed):

@@ -7,7 +7,7 @@ memory buffer that every worker writes its slice of; the pipe carries only a sma
 episodes end, their returns. Each process's environments are a group that can be stepped on its own
 (`send_step`, `receive_step`); `collect` goes further for the trainer's sampling: each worker gets the
 policy's weights and its rows of a rollout's noise, and runs the whole rollout for its environments
-(`sampling.rollout.run`) with no exchange per step, the policy's cost shared among the workers.
+(`envs.rollout.run`) with no exchange per step, the policy's cost shared among the workers.
 `run_episodes` spreads evaluation episodes over the workers in the same way: each plays whole episodes on an
 environment of its own, apart from the batch.
 
@@ -49,12 +49,12 @@ import numpy as np
 
 from agents_operator.trainer.envs.episodes import Played
 from agents_operator.trainer.envs.make import usable_cpus
+from agents_operator.trainer.envs.policy_message import policy_message
+from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
 from agents_operator.trainer.envs.types import BatchChecks, EnvProcessError, StepResult
-from agents_operator.trainer.envserver import protocol
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.rollout import Rollout
 
 # Every environment process runs one environment at a time: threaded BLAS would only oversubscribe cores.
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -174,7 +174,7 @@ class BatchEnv(BatchChecks):
     def collect(
         self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None = None
     ) -> Rollout:
-        """`sampling.rollout.run` over the whole batch, with the policy acting in the worker processes: each runs
+        """`envs.rollout.run` over the whole batch, with the policy acting in the worker processes: each runs
         the rollout for its own environments, with no exchange per step. Same `Rollout`, to the bit, as
         `run` over this batch in this process, without the `observations` argument: the workers
         start from where their environments are."""
@@ -185,7 +185,7 @@ class BatchEnv(BatchChecks):
             raise ValueError(
                 f"noise must have shape (steps, {self.num_envs}, {self.action_shape[0]}), got {noise.shape}"
             )
-        request = protocol.policy_message(policy, observations)
+        request = policy_message(policy, observations)
 
         def message(worker: _WorkerHandle) -> tuple[str, tuple[Any, ...]]:
             rows = slice(worker.envs.start, worker.envs.stop)
@@ -203,7 +203,7 @@ class BatchEnv(BatchChecks):
         seed, whatever the number of processes: an episode depends only on its seed (`episodes`), and the
         policy acts there as here, on one observation at a time with the same arithmetic.
         """
-        request = protocol.policy_message(policy, observations)
+        request = policy_message(policy, observations)
         played: list[tuple[float, int]] = [(0.0, 0)] * episodes
         queue = iter(range(episodes))
         playing: dict[Connection, tuple[_WorkerHandle, int]] = {}

@@ -3,7 +3,7 @@
 `run_episodes` plays them on an environment it is given (an env server's own, in `envserver.server`);
 `LocalEpisodes` on one of this process's, made on first use. `play` runs any deterministic policy, such as an
 exported one (`agents_operator.policy`), the same way. `batch.BatchEnv.run_episodes` plays the same episodes
-spread over its worker processes, `remote.RemoteBatchEnv.run_episodes` on an env server.
+spread over its worker processes, `envserver.client.RemoteBatchEnv.run_episodes` on an env server.
 
 An episode depends only on the policy and its seed, not on the environment that plays it nor on what that
 environment played before, so that where the episodes run (here, in worker processes, on an env server, in
@@ -24,7 +24,7 @@ import gymnasium
 import numpy as np
 
 from agents_operator.trainer.envs.make import make_env
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 Act = Callable[[np.ndarray], np.ndarray]
@@ -97,7 +97,7 @@ class LocalEpisodes:
     """`run_episodes` on one environment of this process, made on first use; with `render`, one that renders
     rgb frames.
 
-    `remote.RemoteBatchEnv` has the same `run_episodes`, `observation_shape`, `action_shape` and
+    `envserver.client.RemoteBatchEnv` has the same `run_episodes`, `observation_shape`, `action_shape` and
     `render_fps`, so evaluations and videos play their episodes on either.
     """
 

@@ -1,6 +1,6 @@
 """What every batch of environments shares, wherever its environments run: the result of a step, the error of
 an environment that failed in its worker process, and the checks a batch makes before it talks to its workers
-(`batch.BatchEnv`) or servers (`remote.RemoteBatchEnv`)."""
+(`batch.BatchEnv`) or servers (`envserver.client.RemoteBatchEnv`)."""
 
 from __future__ import annotations
 

@@ -24,10 +24,10 @@ import numpy as np
 
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.envs.policy_message import parse_policy
+from agents_operator.trainer.envs.rollout import Rollout, run
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
 from agents_operator.trainer.envs.types import StepResult
-from agents_operator.trainer.envserver import protocol
-from agents_operator.trainer.sampling.rollout import Rollout, run
 
 
 class _Worker:
@@ -91,7 +91,7 @@ class _Worker:
 
     def collect(self, message: dict[str, Any]) -> Rollout:
         """A rollout of this process's environments from where they are, acting with the message's policy."""
-        policy, normalizer = protocol.parse_policy(message, self._shared.observations.shape[1:])
+        policy, normalizer = parse_policy(message, self._shared.observations.shape[1:])
         observations, first_acting = self._shared.observations.copy(), message["first_acting"]
         before = self.simulation_seconds
         rollout = run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
@@ -102,7 +102,7 @@ class _Worker:
         """The return and length of one evaluation episode (`episodes.run_episodes`, seeded `seed`) of the
         message's policy, on this process's evaluation environment: the batch's episodes go on undisturbed."""
         self._current = None
-        policy, normalizer = protocol.parse_policy(message, self._shared.observations.shape[1:])
+        policy, normalizer = parse_policy(message, self._shared.observations.shape[1:])
         (total,), (length,) = self._evaluation.run_episodes(policy, normalizer, 1, seed)
         return total, length
 
@@ -116,7 +116,7 @@ class _Worker:
 
 
 class _OwnEnvs:
-    """A worker's own environments as the one group that `sampling.rollout.run` steps, in the worker itself."""
+    """A worker's own environments as the one group that `envs.rollout.run` steps, in the worker itself."""
 
     def __init__(self, worker: _Worker):
         self._worker = worker

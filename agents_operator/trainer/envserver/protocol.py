@@ -18,8 +18,8 @@ token `session`, see `server.EnvService`):
     Reset     {session}                           -> observations, session
     Step      {actions, session}                  -> the fields of `envs.types.StepResult`
     Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
-               normalize_observations, noise, session}  -> the fields of `sampling.rollout.Rollout`
-              (`collect_message`: the policy's fields are `policy_message`, read back by `parse_policy`)
+               normalize_observations, noise, session}  -> the fields of `envs.rollout.Rollout`
+              (`collect_message`: the policy's fields are `envs.policy_message`'s)
     Evaluate  {the policy fields of Collect, episodes, seed}
                                                   -> returns, lengths
     Render    {the fields of Evaluate}            -> a stream: {frames} (uint8, at most half a message each)
@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.envs.policy_message import policy_message
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 SERVICE = "agents.EnvServer"
@@ -157,33 +158,6 @@ def decode(data: bytes) -> dict[str, Any]:
     return message
 
 
-# --- the policy in a message: Collect and Evaluate here, a rollout sent to a `BatchEnv` worker process -----
-
-
-def policy_message(policy: NumpyPolicy, observations: Normalizer) -> dict[str, Any]:
-    """The policy and the observation statistics it acts with, as Collect and Evaluate requests carry them."""
-    weights = [array for layer in policy.policy for array in layer] + [policy.log_std]
-    weights += [array for layer in policy.value for array in layer]
-    moments = observations.shared
-    return {
-        "weights": weights,
-        "num_policy_layers": len(policy.policy),
-        "activation": policy.activation,
-        "observation_moments": [moments.count, np.asarray(moments.sum), np.asarray(moments.sumsq)],
-        "clip_observations": observations.clip,
-        "normalize_observations": observations.enabled,
-    }
-
-
 def collect_message(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
     """A Collect request (without the session): the policy, the observation statistics and the noise."""
     return {**policy_message(policy, observations), "noise": noise}
-
-
-def parse_policy(message: dict[str, Any], observation_shape: tuple[int, ...]) -> tuple[NumpyPolicy, Normalizer]:
-    """The policy and the normaliser of a Collect or Evaluate request, as the trainer had them."""
-    policy = NumpyPolicy.from_values(list(message["weights"]), message["num_policy_layers"], message["activation"])
-    normalizer = Normalizer(observation_shape, message["clip_observations"], message["normalize_observations"])
-    count, total, squares = message["observation_moments"]
-    normalizer.shared = Moments(float(count), total, squares)
-    return policy, normalizer

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from agents_operator.trainer.envs.policy_message import parse_policy
 from agents_operator.trainer.envserver import protocol
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 _NUMBER_KINDS = frozenset("fiu")
@@ -72,7 +73,7 @@ def policy(
     for (name, shape), value in zip(shapes.items(), moments, strict=True):
         _finite(f"observation_moments.{name}", _array(f"observation_moments.{name}", np.asarray(value), shape))
     try:
-        parsed, normalizer = protocol.parse_policy(message, observation_shape)
+        parsed, normalizer = parse_policy(message, observation_shape)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise Refused(f"policy: {type(error).__name__}: {error}") from None
     inputs = math.prod(observation_shape)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents_operator.config import TrainerConfig
+from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.ppo import returns
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.rollout import Rollout
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 

@@ -3,7 +3,7 @@
 Which one runs depends on where the environments are (`for_placement`): `Sampler` for the worker's own
 `BatchEnv` (the policy acts in its worker processes), `StepSampler` for env servers stepped one step at a time
 (the policy acts here), `RolloutSampler` for env servers that collect whole rollouts. All three use the random
-generator alike, so the batches do not depend on the placement (see `rollout`).
+generator alike, so the batches do not depend on the placement (see `envs.rollout`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
+from agents_operator.trainer.envs.rollout import Rollout, run
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch, to_batch
-from agents_operator.trainer.sampling.rollout import Rollout, run
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 
@@ -50,7 +50,7 @@ class Sampler:
 
 class StepSampler(Sampler):
     """`Sampler` over env servers in step mode: the policy acts here, one round trip per step and server
-    (`rollout.run`, the servers pipelined). Same batches as `Sampler` over a `BatchEnv` grouped as the
+    (`envs.rollout.run`, the servers pipelined). Same batches as `Sampler` over a `BatchEnv` grouped as the
     servers are."""
 
     def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
@@ -60,7 +60,7 @@ class StepSampler(Sampler):
 class RolloutSampler:
     """A drop-in for `Sampler` over env servers in rollout mode: the servers collect whole rollouts
     (`RemoteBatchEnv.collect`), normalising a rollout's first observations with its own statistics (see
-    `rollout`); the random generator is used exactly as `Sampler` uses it."""
+    `envs.rollout`); the random generator is used exactly as `Sampler` uses it."""
 
     def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
         self.env = env

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer.normalize import Normalizer, RewardScaler
+from agents_operator.trainer.ppo.normalize import Normalizer, RewardScaler
 
 if TYPE_CHECKING:  # for annotations only: colocated training loads no gRPC
     from agents_operator.trainer.envs.batch import BatchEnv
-    from agents_operator.trainer.envs.remote import RemoteBatchEnv
+    from agents_operator.trainer.envserver.client import RemoteBatchEnv
 
 
 class TrainingEnv:

@@ -40,114 +40,20 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import grpc
 import numpy as np
 
+from agents_operator.trainer.envs.policy_message import policy_message
+from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envs.types import BatchChecks, StepResult
 from agents_operator.trainer.envserver import protocol
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.envserver.connection import Connection, Fault
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.rollout import Rollout
 
 _LOG = logging.getLogger(__name__)
-_BACKOFF_START_SECONDS = 0.1
-_BACKOFF_MAX_SECONDS = 5.0
-_STARTUP_LOG_SECONDS = 10.0  # while waiting for a server to come up, log a line this often
-# Codes that retrying cannot cure: something else listens at the address, a message is too large, or the
-# server refused the request itself (sending it again would be refused again).
-_FATAL_CODES = frozenset(
-    {grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT}
-)
-
-
-class EnvServerError(RuntimeError):
-    """An env server failed a call: an environment raised there (the message holds its traceback), the
-    server refused the request, or it cannot be reached."""
-
-
-class EnvServerUnavailable(EnvServerError):
-    """An env server failed too many calls in a row, or did not come up in time."""
-
-
-class _Fault(Exception):
-    """A failed call that reconnecting may cure."""
-
-
-@dataclass
-class _Server:
-    """The client's end of one env server."""
-
-    address: str
-    channel: grpc.Channel
-    envs: range = range(0)
-    session: str | None = None
-    observations: np.ndarray | None = None  # the last raw observations received
-    failures: int = 0  # calls failed in a row
-    stepping: Callable[[], dict[str, Any]] | None = None  # the reply of a step sent and not yet received
-    _calls: dict[str, Any] = field(default_factory=dict)  # the gRPC multi-callables, by method
-
-    @classmethod
-    def connect(cls, address: str, max_message_bytes: int) -> _Server:
-        channel = grpc.insecure_channel(address, options=protocol.channel_options(max_message_bytes))
-        calls: dict[str, Any] = {m: channel.unary_unary(protocol.method_path(m)) for m in protocol.METHODS}
-        calls[protocol.RENDER] = channel.unary_stream(protocol.method_path(protocol.RENDER))
-        calls["Health"] = channel.unary_unary(f"/{protocol.HEALTH_SERVICE}/{protocol.HEALTH_METHOD}")
-        return cls(address, channel, _calls=calls)
-
-    @property
-    def rows(self) -> slice:
-        """This server's rows of a batch."""
-        return slice(self.envs.start, self.envs.stop)
-
-    def send(self, method: str, message: dict[str, Any], timeout: float) -> Callable[[], dict[str, Any]]:
-        """Start a call; the function returned waits for its reply (see `call`)."""
-        future = self._calls[method].future(protocol.encode(message), timeout=timeout)
-        return functools.partial(self._reply, future.result)
-
-    def call(self, method: str, message: dict[str, Any], timeout: float, wait_for_ready: bool = False) -> dict:
-        """The reply of a call; raises `_Fault` for what reconnecting may cure, `EnvServerError` otherwise."""
-        data = protocol.encode(message)
-        return self._reply(lambda: self._calls[method](data, timeout=timeout, wait_for_ready=wait_for_ready))
-
-    def stream(self, method: str, message: dict[str, Any], timeout: float) -> Iterator[dict[str, Any]]:
-        """The replies of a streaming call, as they come; raises as `call` does."""
-        replies = self._calls[method](protocol.encode(message), timeout=timeout)
-        while (data := self._invoke(functools.partial(next, replies, None))) is not None:
-            yield self._checked(protocol.decode(data))
-
-    def _reply(self, invoke: Callable[[], bytes]) -> dict[str, Any]:
-        return self._checked(protocol.decode(self._invoke(invoke)))
-
-    def _invoke(self, invoke: Callable[[], Any]) -> Any:
-        try:
-            return invoke()
-        except grpc.RpcError as error:
-            detail = f"{error.code().name}: {error.details()}"
-            if error.code() in _FATAL_CODES:
-                raise EnvServerError(f"env server {self.address}: {detail}") from None
-            raise _Fault(detail) from None
-
-    def _checked(self, reply: dict[str, Any]) -> dict[str, Any]:
-        if "error" in reply:
-            if reply["stale"]:
-                raise _Fault(f"stale session: {reply['error']}")
-            where = f"env server {self.address} (environments {self.envs.start}-{self.envs.stop - 1})"
-            raise EnvServerError(f"{where}: {reply['error']}")
-        return reply
-
-    def healthy(self, timeout: float) -> bool:
-        """Whether the server answers its health check within `timeout` (waiting for it to come up)."""
-        try:
-            return self._calls["Health"](b"", timeout=timeout, wait_for_ready=True) == protocol.HEALTH_SERVING
-        except grpc.RpcError:
-            return False
-
-    def start_session(self, reply: dict[str, Any]) -> None:
-        self.session, self.observations = reply["session"], reply["observations"]
 
 
 class RemoteBatchEnv(BatchChecks):
@@ -175,9 +81,9 @@ class RemoteBatchEnv(BatchChecks):
         self.max_failures = max_failures
         self._failure: str | None = None
         self._was_reset = False
-        self._servers = [_Server.connect(address, max_message_bytes) for address in self.addresses]
+        self._servers = [Connection.connect(address, max_message_bytes) for address in self.addresses]
         try:
-            specs = [self._wait_for_spec(server, time.monotonic() + startup_timeout) for server in self._servers]
+            specs = [server.wait_for_spec(time.monotonic() + startup_timeout) for server in self._servers]
             _check_specs(self.addresses, specs)
         except BaseException:
             self.close()
@@ -204,7 +110,7 @@ class RemoteBatchEnv(BatchChecks):
                 try:
                     server.start_session(reply())
                     server.failures = 0
-                except _Fault as fault:
+                except Fault as fault:
                     self._reconnect(server, fault)
             self._was_reset = True
             return np.concatenate([server.observations for server in self._servers])
@@ -254,12 +160,12 @@ class RemoteBatchEnv(BatchChecks):
         with self._guard():
             return self._step_result(server, reply)
 
-    def _step_result(self, server: _Server, reply: Callable[[], dict[str, Any]]) -> StepResult:
+    def _step_result(self, server: Connection, reply: Callable[[], dict[str, Any]]) -> StepResult:
         """The step of `server` from its `reply`; a server that failed it is reset (see `_restart`)."""
         try:
             part = StepResult(**reply())
             server.failures = 0
-        except _Fault as fault:
+        except Fault as fault:
             part = self._restart(server, fault)
         server.observations = part.observations
         return part
@@ -271,7 +177,7 @@ class RemoteBatchEnv(BatchChecks):
             raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before collect()")
         request = protocol.collect_message(policy, observations, noise)
 
-        def message(server: _Server) -> dict[str, Any]:
+        def message(server: Connection) -> dict[str, Any]:
             return {**request, "noise": noise[:, server.rows], "session": server.session}
 
         with self._guard():
@@ -284,7 +190,7 @@ class RemoteBatchEnv(BatchChecks):
                         part = Rollout.from_message(reply())
                         server.failures = 0
                         break
-                    except _Fault as fault:
+                    except Fault as fault:
                         self._reconnect(server, fault)
                         restarted = True
                         reply = functools.partial(server.call, "Collect", message(server), self.rollout_timeout)
@@ -308,7 +214,7 @@ class RemoteBatchEnv(BatchChecks):
         a message, which are passed to `on_frame` as they come; each episode is a call of its own, so that the
         server holds one episode's frames at most.
         """
-        request = protocol.policy_message(policy, observations)
+        request = policy_message(policy, observations)
         calls = [(seed + episode, 1) for episode in range(episodes)] if on_frame is not None else [(seed, episodes)]
         returns: list[float] = []
         lengths: list[int] = []
@@ -332,32 +238,22 @@ class RemoteBatchEnv(BatchChecks):
         self.close()
 
     def _exchange(
-        self, method: str, message: Callable[[_Server], dict[str, Any]], timeout: float
+        self, method: str, message: Callable[[Connection], dict[str, Any]], timeout: float
     ) -> list[Callable[[], dict[str, Any]]]:
         """Call `method` on every server at once; per server, a function that returns the reply or raises as
-        `_Server.call` does. The last server gets a blocking call, made once the others' futures are sent: a
+        `Connection.call` does. The last server gets a blocking call, made once the others' futures are sent: a
         future costs 0.2-0.6 ms more per call, and one server (a sidecar) is the common case."""
         *others, last = self._servers
         replies = [server.send(method, message(server), timeout) for server in others]
         try:
             reply = last.call(method, message(last), timeout)
-        except _Fault as fault:
+        except Fault as fault:
             replies.append(functools.partial(_raise, fault))
         else:
             replies.append(functools.partial(dict, reply))
         return replies
 
-    def _wait_for_spec(self, server: _Server, deadline: float) -> dict[str, Any]:
-        while True:
-            wait = min(_STARTUP_LOG_SECONDS, deadline - time.monotonic())
-            try:
-                return server.call("Spec", {}, max(wait, 0.001), wait_for_ready=True)
-            except _Fault as fault:
-                if time.monotonic() >= deadline:
-                    raise EnvServerUnavailable(f"env server {server.address} did not answer: {fault}") from None
-                _LOG.info("waiting for env server %s (%s)", server.address, fault)
-
-    def _restart(self, server: _Server, fault: _Fault) -> StepResult:
+    def _restart(self, server: Connection, fault: Fault) -> StepResult:
         """The step of a server that failed it: reconnect and reset, and cut its episodes (module docstring)."""
         last = server.observations
         self._reconnect(server, fault)
@@ -392,39 +288,20 @@ class RemoteBatchEnv(BatchChecks):
                     on_frame(frame)
                 received += len(frames)
                 delivered = max(delivered, received)
-            raise _Fault("the frames ended without the episode's returns")
+            raise Fault("the frames ended without the episode's returns")
 
         try:
             reply = call()
-        except _Fault as fault:
-            reply = self._retry(server, fault, call)
+        except Fault as fault:
+            reply = server.retry(fault, call, self.max_failures)
         server.failures = 0
         return reply
 
-    def _reconnect(self, server: _Server, fault: _Fault) -> None:
-        """Wait for `server` and reset it (see `_retry`)."""
+    def _reconnect(self, server: Connection, fault: Fault) -> None:
+        """Wait for `server` and reset it (see `Connection.retry`)."""
         reset = functools.partial(server.call, "Reset", {"session": server.session}, self.timeout)
-        self._retry(server, fault, lambda: server.start_session(reset()))
+        server.retry(fault, lambda: server.start_session(reset()), self.max_failures)
         _LOG.warning("env server %s reset; the episodes in flight there were discarded", server.address)
-
-    def _retry(self, server: _Server, fault: _Fault, call: Callable[[], Any]) -> Any:
-        """Wait for `server` with growing backoff, then make `call`, until it succeeds; give up after
-        `max_failures` failed calls in a row (the one that brought us here included): the default 20 wait
-        about 70 s in all."""
-        _LOG.warning("env server %s failed (%s); reconnecting", server.address, fault)
-        while True:
-            server.failures += 1
-            if server.failures >= self.max_failures:
-                raise EnvServerUnavailable(
-                    f"env server {server.address} failed {server.failures} times in a row; last: {fault}"
-                )
-            delay = min(_BACKOFF_MAX_SECONDS, _BACKOFF_START_SECONDS * 2 ** (server.failures - 1))
-            try:
-                if not server.healthy(delay):
-                    raise _Fault(f"no answer to its health check within {delay:g} s")
-                return call()
-            except _Fault as next_fault:
-                fault = next_fault
 
 
 def connect(addresses: Sequence[str], env_id: str, **options: Any) -> RemoteBatchEnv:
@@ -436,7 +313,7 @@ def connect(addresses: Sequence[str], env_id: str, **options: Any) -> RemoteBatc
     return env
 
 
-def _raise(fault: _Fault) -> dict[str, Any]:
+def _raise(fault: Fault) -> dict[str, Any]:
     raise fault
 
 

@@ -5,11 +5,12 @@ the observation statistics), group by group (`groups` of the batch: a worker pro
 soon as one group's step returns, the policy acts for it and sends it on while the others simulate. It
 runs wherever the policy acts:
 - in each worker process of a `BatchEnv`, for that process's environments (`BatchEnv.collect`): the
-  trainer's colocated sampling (`samplers.Sampler`) and an env server's rollout mode, with no exchange per
-  step;
-- in the trainer, over env servers in step mode (`samplers.StepSampler`), one round trip per step and server.
-`batch.to_batch` then feeds the trainer's observation normaliser and reward scaler in time order and builds
-the PPO `Batch`.
+  trainer's colocated sampling (`sampling.samplers.Sampler`) and an env server's rollout mode, with no
+  exchange per step;
+- in the trainer, over env servers in step mode (`sampling.samplers.StepSampler`), one round trip per step
+  and server.
+`sampling.batch.to_batch` then feeds the trainer's observation normaliser and reward scaler in time order and
+builds the PPO `Batch`.
 
 The trainer draws a rollout's noise from its own random generator up front, and every group acts with its
 own rows of it, so a rollout does not depend on where it was collected or on timing: same seeds, weights
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from agents_operator.trainer.envs.types import StepResult
-from agents_operator.trainer.normalize import Normalizer
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 
@@ -121,6 +122,56 @@ class Groups(Protocol):
     def receive_step(self, group: int) -> StepResult: ...
 
 
+class _Record:
+    """What `run` writes as the rollout goes: the time-major arrays of a `Rollout` and its ended episodes."""
+
+    def __init__(self, observations: np.ndarray, noise: np.ndarray):
+        steps, n, act_dim = noise.shape
+        self.observations = np.empty((steps + 1, n, *observations.shape[1:]), np.float32)
+        self.observations[0] = observations
+        self.actions, self.means = (np.empty((steps, n, act_dim), np.float32) for _ in range(2))
+        self.log_probs, self.values, self.rewards = (np.empty((steps, n), np.float32) for _ in range(3))
+        self.final_values = np.zeros((steps, n), np.float32)
+        self.terminated, self.truncated = (np.empty((steps, n), bool) for _ in range(2))
+        self.ended_steps: list[int] = []
+        self.ended_envs: list[int] = []
+        self.episode_returns: list[float] = []
+        self.episode_lengths: list[int] = []
+
+    def step(self, t: int, rows: slice, step: StepResult, policy: NumpyPolicy, normalizer: Normalizer) -> None:
+        """Record step `t` of the environments `rows`; value the final observations of truncated episodes."""
+        self.observations[t + 1, rows], self.rewards[t, rows] = step.observations, step.rewards
+        self.terminated[t, rows], self.truncated[t, rows] = step.terminated, step.truncated
+        if step.truncated.any():
+            self.final_values[t, rows][step.truncated] = policy.value_of(
+                normalizer.normalize(step.final_observations[step.truncated])
+            )
+        ended = (np.flatnonzero(step.terminated | step.truncated) + rows.start).tolist()
+        self.ended_steps += [t] * len(ended)
+        self.ended_envs += ended
+        self.episode_returns += step.episode_returns
+        self.episode_lengths += step.episode_lengths
+
+    def rollout(self, last_values: np.ndarray) -> Rollout:
+        return Rollout(
+            observations=self.observations,
+            actions=self.actions,
+            log_probs=self.log_probs,
+            means=self.means,
+            values=self.values,
+            rewards=self.rewards,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            final_values=self.final_values,
+            last_values=last_values,
+            episode_steps=np.array(self.ended_steps, np.int64),
+            episode_envs=np.array(self.ended_envs, np.int64),
+            episode_returns=np.array(self.episode_returns, np.float64),
+            episode_lengths=np.array(self.episode_lengths, np.int64),
+            restarted=np.zeros(self.rewards.shape[1], bool),
+        )
+
+
 def run(
     env: Groups,
     observations: np.ndarray,
@@ -140,25 +191,15 @@ def run(
     same whatever the timing; the numbers depend on the grouping only through the rounding of the
     policy's matrix products, which differs with the number of rows they are computed on.
     """
-    steps, n = noise.shape[:2]
-    act_dim = noise.shape[2]
-    raw = np.empty((steps + 1, n, *observations.shape[1:]), np.float32)
-    raw[0] = observations
-    actions, means = (np.empty((steps, n, act_dim), np.float32) for _ in range(2))
-    log_probs, values, rewards = (np.empty((steps, n), np.float32) for _ in range(3))
-    final_values = np.zeros((steps, n), np.float32)
-    terminated, truncated = (np.empty((steps, n), bool) for _ in range(2))
-    ended_steps: list[int] = []
-    ended_envs: list[int] = []
-    episode_returns: list[float] = []
-    episode_lengths: list[int] = []
+    steps = len(noise)
+    record = _Record(observations, noise)
     groups = [slice(envs.start, envs.stop) for envs in env.groups]
 
     def act(t: int, group: int, acting: np.ndarray) -> None:
         rows = groups[group]
-        actions[t, rows], log_probs[t, rows], means[t, rows] = policy.act(acting, noise[t, rows])
-        values[t, rows] = policy.value_of(acting)
-        env.send_step(group, actions[t, rows])
+        record.actions[t, rows], record.log_probs[t, rows], record.means[t, rows] = policy.act(acting, noise[t, rows])
+        record.values[t, rows] = policy.value_of(acting)
+        env.send_step(group, record.actions[t, rows])
 
     first = normalizer.normalize(observations) if first_acting is None else first_acting
     for group, rows in enumerate(groups):
@@ -166,36 +207,11 @@ def run(
     for t in range(steps):
         for group, rows in enumerate(groups):
             step = env.receive_step(group)
-            raw[t + 1, rows], rewards[t, rows] = step.observations, step.rewards
-            terminated[t, rows], truncated[t, rows] = step.terminated, step.truncated
-            if step.truncated.any():
-                final_values[t, rows][step.truncated] = policy.value_of(
-                    normalizer.normalize(step.final_observations[step.truncated])
-                )
-            ended = (np.flatnonzero(step.terminated | step.truncated) + rows.start).tolist()
-            ended_steps += [t] * len(ended)
-            ended_envs += ended
-            episode_returns += step.episode_returns
-            episode_lengths += step.episode_lengths
+            record.step(t, rows, step, policy, normalizer)
             if t + 1 < steps:
                 act(t + 1, group, normalizer.normalize(step.observations))
-    return Rollout(
-        observations=raw,
-        actions=actions,
-        log_probs=log_probs,
-        means=means,
-        values=values,
-        rewards=rewards,
-        terminated=terminated,
-        truncated=truncated,
-        final_values=final_values,
-        last_values=np.concatenate([policy.value_of(normalizer.normalize(raw[steps, rows])) for rows in groups]),
-        episode_steps=np.array(ended_steps, np.int64),
-        episode_envs=np.array(ended_envs, np.int64),
-        episode_returns=np.array(episode_returns, np.float64),
-        episode_lengths=np.array(episode_lengths, np.int64),
-        restarted=np.zeros(n, bool),
-    )
+    last = [policy.value_of(normalizer.normalize(record.observations[steps, rows])) for rows in groups]
+    return record.rollout(np.concatenate(last))
 
 
 def simulation_share(simulation_seconds: np.ndarray, seconds: float) -> float | None:
