@@ -49,9 +49,9 @@ e2e: $(STAMP)
 e2e-node: $(STAMP)
 	PYTHON=$(BIN)/python tools/e2e-node.sh
 
-# benchmarks/node_job.py on the node that e2e-node brings up: the pendulum example there against `local`.
+# benchmarks/bench_node_job.py on the node that e2e-node brings up: the pendulum example there against `local`.
 bench-node: $(STAMP)
-	PYTHON=$(BIN)/python PYTHONPATH=$(CURDIR) tools/e2e-node.sh $(BIN)/python benchmarks/node_job.py
+	PYTHON=$(BIN)/python PYTHONPATH=$(CURDIR) tools/e2e-node.sh $(BIN)/python benchmarks/bench_node_job.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check agents_operator tests benchmarks tools

@@ -1,10 +1,10 @@
-"""The Stable-Baselines3 side of `sb3_compare.py`: trains one PPO setting, evaluates it, prints one JSON line.
+"""The Stable-Baselines3 side of `bench_sb3_compare.py`: trains one PPO setting, evaluates it, prints one JSON line.
 
-Runs only in the separate venv that `sb3_compare.py` sets up (torch and stable-baselines3 are no dependency of
+Runs only in the separate venv that `bench_sb3_compare.py` sets up (torch and stable-baselines3 are no dependency of
 this project), with the project root on PYTHONPATH: the environments are made by the trainer's own `make_env`
 (same ids, float32 observations, time limit) and the evaluation is the trainer's own `episodes.play`, so both
 sides are scored the same way. It reads the setting as one JSON object on standard input (what
-`sb3_compare.identical` and `sb3_compare.zoo` return) and prints {"env_steps", "wall_s", "sampling_s",
+`bench_sb3_compare.identical` and `bench_sb3_compare.zoo` return) and prints {"env_steps", "wall_s", "sampling_s",
 "update_s", "evaluation_s", "eval_returns", "evaluations", "versions", "torch_threads"}. `wall_s` runs from
 making the environments to the end of `learn`, evaluations during training excluded; `sampling_s` is the time
 inside rollout collection (GAE included, as in the trainer's sampling phase), `update_s` the time between

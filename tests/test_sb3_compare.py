@@ -1,4 +1,4 @@
-"""The referee's Stable-Baselines3 settings follow the trainer's config (benchmarks/sb3_compare.py; no torch)."""
+"""The referee's Stable-Baselines3 settings follow the trainer's config (benchmarks/bench_sb3_compare.py; no torch)."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import pytest
 
 from agents_operator import presets, topology
 from agents_operator.config import TrainerConfig
-from benchmarks import sb3_compare
+from benchmarks import bench_sb3_compare
 
 # TrainerConfig properties that `identical` reads, and the fields they are made of.
 PROPERTIES = {"minibatch_size": {"envs_per_worker", "rollout_steps", "minibatches"}}
@@ -28,10 +28,10 @@ class _Reads:
 
 def test_every_setting_is_handed_to_sb3_or_said_how_it_is_handled():
     reads = _Reads(presets.resolve("cheetah"))
-    sb3_compare.identical(reads)
+    bench_sb3_compare.identical(reads)
     handed = set().union(*(PROPERTIES.get(name, {name}) for name in reads.names))
-    assert set(sb3_compare.UNMATCHED) <= set(TrainerConfig.model_fields)
-    assert set(TrainerConfig.model_fields) - handed - set(sb3_compare.UNMATCHED) == set()
+    assert set(bench_sb3_compare.UNMATCHED) <= set(TrainerConfig.model_fields)
+    assert set(TrainerConfig.model_fields) - handed - set(bench_sb3_compare.UNMATCHED) == set()
 
 
 def test_the_identical_setting_follows_the_config():
@@ -49,7 +49,7 @@ def test_the_identical_setting_follows_the_config():
         "threads": 2,
     }
     config = presets.resolve("cheetah", changed)
-    setting = json.loads(json.dumps(sb3_compare.identical(config)))  # as sb3_runner.py reads it
+    setting = json.loads(json.dumps(bench_sb3_compare.identical(config)))  # as sb3_runner.py reads it
     ppo = setting["ppo"]
     assert (ppo["n_epochs"], ppo["batch_size"], ppo["n_steps"]) == (3, config.batch_size // 16, config.rollout_steps)
     assert (ppo["learning_rate"], setting["lr_schedule"], ppo["gamma"]) == (1e-4, "constant", 0.98)
@@ -62,24 +62,24 @@ def test_the_identical_setting_follows_the_config():
 
 
 def test_both_sb3_settings_train_and_evaluate_as_the_trainer_run_does():
-    config = sb3_compare.our_config("pendulum", steps=None, eval_episodes=3, seed=4)
+    config = bench_sb3_compare.our_config("pendulum", steps=None, eval_episodes=3, seed=4)
     assert config.total_steps == config.batch_size  # --quick: one update
     assert (config.video_episodes, config.export, config.metrics_port) == (0, False, 0)
     evaluation = {"episodes": 3, "seed": 4 + topology.EVALUATION_SEED_OFFSET}
-    for setting in (sb3_compare.identical(config), sb3_compare.zoo(config)):
+    for setting in (bench_sb3_compare.identical(config), bench_sb3_compare.zoo(config)):
         assert (setting["env_id"], setting["steps"], setting["seed"]) == ("Pendulum-v1", config.total_steps, 4)
         assert setting["evaluation"] == evaluation
 
 
 def test_the_kl_penalty_objective_is_refused():
     with pytest.raises(ValueError, match="kl_penalty"):
-        sb3_compare.identical(presets.resolve("pendulum", {"objective": "kl_penalty"}))
+        bench_sb3_compare.identical(presets.resolve("pendulum", {"objective": "kl_penalty"}))
 
 
 def test_the_sb3_venv_shares_the_trainers_pins():
-    lock = sb3_compare.LOCK.read_text()
-    pins = sb3_compare.shared_pins()
-    assert [pin.split("==")[0] for pin in pins] == list(sb3_compare.SHARED_WITH_TRAINER)
+    lock = bench_sb3_compare.LOCK.read_text()
+    pins = bench_sb3_compare.shared_pins()
+    assert [pin.split("==")[0] for pin in pins] == list(bench_sb3_compare.SHARED_WITH_TRAINER)
     assert all(f"\n{pin} " in lock for pin in pins)
 
 
@@ -98,9 +98,9 @@ def test_each_round_runs_every_setting_with_its_own_seed(monkeypatch):
         name = "zoo" if setting["threads"] is None else "identical"
         return {**fake_run(name, setting["seed"], -150.0), "torch_threads": 1, "versions": {}}
 
-    monkeypatch.setattr(sb3_compare, "run_ours", ours)
-    monkeypatch.setattr(sb3_compare, "run_sb3", sb3)
-    record, _ = sb3_compare.compare(sb3_compare.our_config("pendulum", 1000, 2, seed=5), 3, Path("python"))
+    monkeypatch.setattr(bench_sb3_compare, "run_ours", ours)
+    monkeypatch.setattr(bench_sb3_compare, "run_sb3", sb3)
+    record, _ = bench_sb3_compare.compare(bench_sb3_compare.our_config("pendulum", 1000, 2, seed=5), 3, Path("python"))
     assert seen == [(name, seed) for seed in (5, 6, 7) for name in ("ours", "identical", "zoo")]
     assert record["ours"]["eval_returns"] == [-500.0, -600.0, -700.0] and record["ours"]["eval_return"] == -600.0
     assert record["ours"]["simulation_share"] == 0.9

@@ -1,32 +1,32 @@
-"""benchmarks/time_to_return.py: what each side trains, and how the time to the target is read off."""
+"""benchmarks/bench_time_to_return.py: what each side trains, and how the time to the target is read off."""
 
 from __future__ import annotations
 
-from benchmarks import sb3_compare, time_to_return
+from benchmarks import bench_sb3_compare, bench_time_to_return
 
 
 def test_each_side_trains_the_preset_evaluated_every_so_many_steps():
-    config = time_to_return.our_config("hopper", max_steps=1_000_000, eval_every=81_920, seed=3)
+    config = bench_time_to_return.our_config("hopper", max_steps=1_000_000, eval_every=81_920, seed=3)
     assert (config.env_id, config.total_steps, config.seed) == ("HopperBulletEnv-v0", 1_000_000, 3)
     assert config.eval_every * config.batch_size == 81_920  # whole iterations
     assert (config.video_episodes, config.export, config.metrics_port) == (0, False, 0)
-    zoo = sb3_compare.zoo(config)
+    zoo = bench_sb3_compare.zoo(config)
     assert zoo["clip_schedule"] == "linear" and zoo["ppo"]["clip_range"] == 0.4
     assert {key: value for key, value in zoo.items() if key != "clip_schedule"} == {
-        **sb3_compare.zoo(config.model_copy(update={"env_id": "HalfCheetahBulletEnv-v0"})),
+        **bench_sb3_compare.zoo(config.model_copy(update={"env_id": "HalfCheetahBulletEnv-v0"})),
         "env_id": "HopperBulletEnv-v0",
     }
 
 
 def test_the_first_evaluation_at_the_target_counts():
     evaluations = [[8192, 100.0, 30.0], [16384, 2600.0, 90.0], [24576, 2000.0, 150.0], [32768, 2700.0, 210.0]]
-    assert time_to_return.reached(evaluations, 2575.0) == {
+    assert bench_time_to_return.reached(evaluations, 2575.0) == {
         "reached": True,
         "at_env_steps": 16384,
         "minutes": 1.5,
         "return": 2600.0,
     }
-    assert time_to_return.reached(evaluations, 3000.0) == {"reached": False}
+    assert bench_time_to_return.reached(evaluations, 3000.0) == {"reached": False}
 
 
 def test_the_record_compares_the_minutes_when_both_reached(monkeypatch):
@@ -41,10 +41,10 @@ def test_the_record_compares_the_minutes_when_both_reached(monkeypatch):
             "steps_per_s": 500.0,
         }
 
-    monkeypatch.setattr(time_to_return, "run_ours", ours)
-    monkeypatch.setattr(time_to_return, "run_zoo", zoo)
-    args = time_to_return.build_parser().parse_args(["--tasks", "cheetah"])
-    record = time_to_return.measure("cheetah", args, None)
+    monkeypatch.setattr(bench_time_to_return, "run_ours", ours)
+    monkeypatch.setattr(bench_time_to_return, "run_zoo", zoo)
+    args = bench_time_to_return.build_parser().parse_args(["--tasks", "cheetah"])
+    record = bench_time_to_return.measure("cheetah", args, None)
     assert record["ours"]["minutes"] == 2.0 and record["sb3_zoo"]["minutes"] == 8.0
     assert (record["ours"]["at_env_steps"], record["ours"]["env_steps"]) == (81920, 2_000_000)
     assert record["minutes_ratio"] == 4.0 and record["target"] == 2925.0

@@ -2,15 +2,15 @@
 (`BatchEnv.run_episodes`, one process per usable CPU); one JSON line.
 
 Per task: serial_s and parallel_s for `--episodes` deterministic episodes of a random policy of the preset's
-network sizes (`placement.random_policy`, whose import also makes this process's numerics single-threaded, as in
-the worker processes), with the observation statistics of a run mid-training; speedup = serial_s / parallel_s,
-measured in the same run, one after the other. Both sides are timed on environments already made (the trainer's
-evaluations reuse theirs); each is the best of `--repeats`, and the returns of both are checked equal. The build
-machine is shared with other work, so the figures are rough: compare the ratio, not the seconds, and read it
-against the load averages printed (load_before, load_after: 1-minute load, from `os.getloadavg`). With the cores
-busy with others' work, spreading the episodes over processes gains nothing.
+network sizes (`bench_env_placement.random_policy`, whose import also makes this process's numerics
+single-threaded, as in the worker processes), with the observation statistics of a run mid-training; speedup =
+serial_s / parallel_s, measured in the same run, one after the other. Both sides are timed on environments already
+made (the trainer's evaluations reuse theirs); each is the best of `--repeats`, and the returns of both are
+checked equal. The build machine is shared with other work, so the figures are rough: compare the ratio, not the
+seconds, and read it against the load averages printed (load_before, load_after: 1-minute load, from
+`os.getloadavg`). With the cores busy with others' work, spreading the episodes over processes gains nothing.
 
-    .venv/bin/python benchmarks/evaluation.py [--episodes 10] [--repeats 2] [--presets pendulum cheetah]
+    .venv/bin/python benchmarks/bench_parallel_evaluation.py [--episodes 10] [--repeats 2] [--presets pendulum cheetah]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import time
 
 import numpy as np
-from placement import PRESETS, random_policy  # benchmarks/, the script's directory
+from bench_env_placement import PRESETS, random_policy  # benchmarks/, the script's directory
 
 from agents_operator import presets
 from agents_operator.trainer.envs.batch import BatchEnv

@@ -9,8 +9,8 @@ random-action stepping against the trainer's sampling phase (`sampling_vs_raw`; 
 Goals (issue 3): Pendulum-v1 mean return >= -250 within 300k steps; InvertedPendulumBullet >= 950
 within 150k steps.
 
-    .venv/bin/python benchmarks/learning.py --task pendulum
-    .venv/bin/python benchmarks/learning.py --task inverted_pendulum --steps 150000 --seed 1
+    .venv/bin/python benchmarks/bench_learning_curve.py --task pendulum
+    .venv/bin/python benchmarks/bench_learning_curve.py --task inverted_pendulum --steps 150000 --seed 1
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ the rest being the sampler's cost (acting, normalising, exchanges, waiting). Bel
 tells what the sampler could still gain (1 - share) from what the simulator costs under the policy being
 trained, which can differ from its cost under random actions that the raw loops measure.
 
-    .venv/bin/python benchmarks/sampling.py --envs 16 --seconds 5 --train-iterations 4
+    .venv/bin/python benchmarks/bench_sampling_throughput.py --envs 16 --seconds 5 --train-iterations 4
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Wall time to the rl-baselines3-zoo return: this trainer against SB3 PPO with the zoo's settings; one JSON line.
 
 For each task (`--tasks`: the `cheetah` and `hopper` presets) and each setting (`--settings`: `ours`, the
-trainer's preset; `sb3_zoo`, SB3 PPO with rl-baselines3-zoo's hyperparameters, as `sb3_compare.py` runs it),
+trainer's preset; `sb3_zoo`, SB3 PPO with rl-baselines3-zoo's hyperparameters, as `bench_sb3_compare.py` runs it),
 trains up to `--max-steps` env steps (default 2M, the zoo's budget for these tasks), evaluating the policy
 every `--eval-every` env steps the same way on both sides: the trainer's evaluation, `eval_episodes` (the
 preset's) episodes of the deterministic policy with the trainer's evaluation seeds. Reported per run: the
@@ -12,11 +12,11 @@ that none did; every evaluation as [env steps, mean return, training seconds]; a
 minutes (SB3 / ours: above 1, ours reached it sooner). SB3 stops at the target; the trainer runs its whole
 budget (its later evaluations show whether the return holds).
 
-SB3 runs in the venv that `sb3_compare.py --setup` creates. The runs are long (the zoo trains 2M steps; SB3
+SB3 runs in the venv that `bench_sb3_compare.py --setup` creates. The runs are long (the zoo trains 2M steps; SB3
 ran at 400-600 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time:
 
-    .venv/bin/python benchmarks/time_to_return.py --tasks hopper --settings ours
-    .venv/bin/python benchmarks/time_to_return.py --tasks cheetah hopper --settings ours sb3_zoo
+    .venv/bin/python benchmarks/bench_time_to_return.py --tasks hopper --settings ours
+    .venv/bin/python benchmarks/bench_time_to_return.py --tasks cheetah hopper --settings ours sb3_zoo
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer import loop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sb3_compare  # benchmarks/, also when imported from the tests
+import bench_sb3_compare  # benchmarks/, also when imported from the tests
 
 TARGETS = {"HalfCheetahBulletEnv-v0": 2925.0, "HopperBulletEnv-v0": 2575.0}
 """rl-baselines3-zoo's benchmark.md, PPO: HalfCheetahBulletEnv-v0 2925 +- 64, HopperBulletEnv-v0 2575 +- 223."""
@@ -78,8 +78,8 @@ def run_ours(config: TrainerConfig) -> dict[str, Any]:
 
 
 def run_zoo(python: Path, config: TrainerConfig, eval_every: int, target: float) -> dict[str, Any]:
-    setting = {**sb3_compare.zoo(config), "evaluate_every": eval_every, "target": target}
-    report = sb3_compare.run_sb3(python, setting)
+    setting = {**bench_sb3_compare.zoo(config), "evaluate_every": eval_every, "target": target}
+    report = bench_sb3_compare.run_sb3(python, setting)
     evaluations = [[int(steps), round(mean, 1), round(seconds, 1)] for steps, mean, seconds in report["evaluations"]]
     steps = report["env_steps"]
     return {"evaluations": evaluations, "env_steps": steps, "steps_per_s": steps / report["wall_s"]}
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-every", type=int, default=81_920, help="env steps between evaluations")
     parser.add_argument("--target", type=float, help="mean return to reach (default: the zoo's, per task)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--venv", type=Path, default=sb3_compare.VENV, help="the SB3 venv")
+    parser.add_argument("--venv", type=Path, default=bench_sb3_compare.VENV, help="the SB3 venv")
     return parser
 
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("max_steps", "eval_every"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
-    python = sb3_compare.venv_python(args.venv, setup=False) if "sb3_zoo" in args.settings else None
+    python = bench_sb3_compare.venv_python(args.venv, setup=False) if "sb3_zoo" in args.settings else None
     load_before = os.getloadavg()[0]
     tasks = {task: measure(task, args, python) for task in args.tasks}
     measured = {"max_steps": args.max_steps, "eval_every": args.eval_every, "seed": args.seed}

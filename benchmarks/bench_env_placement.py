@@ -18,8 +18,8 @@ reports under "training" the wall-clock env steps per second, its ratio to coloc
 evaluation return (the same seed everywhere: step mode matches colocated but for rounding, exactly where the
 colocated batch runs in one process).
 
-    .venv/bin/python benchmarks/placement.py --envs 8 --rollout-steps 256
-    .venv/bin/python benchmarks/placement.py --presets pendulum --train 40000
+    .venv/bin/python benchmarks/bench_env_placement.py --envs 8 --rollout-steps 256
+    .venv/bin/python benchmarks/bench_env_placement.py --presets pendulum --train 40000
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Rounds alternate between the variants (the build machine is shared); each varian
 of its rounds, with the range. ratio_* = that variant's median over the learner's: above 1, the learner is
 faster.
 
-    .venv/bin/python benchmarks/learner.py --preset cheetah --threads 1 --rounds 5
+    .venv/bin/python benchmarks/bench_gradient_step.py --preset cheetah --threads 1 --rounds 5
 """
 
 from __future__ import annotations
@@ -55,6 +55,16 @@ def random_batch(learner: Learner, size: int, obs_dim: int, act_dim: int) -> Bat
     values = policy.value_of(obs).astype(np.float32)
     advantages = rng.normal(size=size).astype(np.float32)
     return Batch(obs, actions, log_probs, means, policy.log_std, values, advantages, values + advantages)
+
+
+def initial_weights(learner: Learner) -> list[np.ndarray]:
+    """The learner's weights in `Networks.variables` order (the order `NumpyPolicy.from_values` reads)."""
+    policy = learner.state().policy
+    return [
+        *(w for layer in policy.policy for w in layer),
+        policy.log_std,
+        *(w for layer in policy.value for w in layer),
+    ]
 
 
 def learner_round(learner: Learner, batch: Batch) -> Round:
@@ -133,7 +143,7 @@ class _Eager:
 def tf2_round(config: TrainerConfig, batch: Batch, weights: list[np.ndarray], jit: bool) -> Round:
     eager = _Eager(config, weights)
     step = tf.function(eager.step, jit_compile=jit)
-    data = {name: tf.constant(getattr(batch, name)) for name in learner_module.Batch.__dataclass_fields__}
+    data = {name: tf.constant(getattr(batch, name)) for name in Batch.__dataclass_fields__}
     rng = np.random.default_rng(1)
 
     def run() -> float:
@@ -148,7 +158,7 @@ def tf2_round(config: TrainerConfig, batch: Batch, weights: list[np.ndarray], ji
 
 def tf2_epoch_round(config: TrainerConfig, batch: Batch, weights: list[np.ndarray]) -> Round:
     eager = _Eager(config, weights)
-    data = {name: tf.constant(getattr(batch, name)) for name in learner_module.Batch.__dataclass_fields__}
+    data = {name: tf.constant(getattr(batch, name)) for name in Batch.__dataclass_fields__}
 
     @tf.function
     def epoch(order: tf.Tensor) -> None:
@@ -217,7 +227,7 @@ def measure(config: TrainerConfig, rounds: int) -> dict[str, object]:
     env.close()
     learner = Learner(config, obs_dim, act_dim)
     learner.initialize()
-    weights = learner.session.run(learner._g.state)["weights"]
+    weights = initial_weights(learner)
     batch = random_batch(learner, config.batch_size, obs_dim, act_dim)
     variants: dict[str, Round] = {
         "learner": learner_round(learner, batch),

@@ -1,7 +1,7 @@
 """Operator event loop: its lag and the CPU per reconcile while a 999 ps + 999 worker job is reconciled; one JSON line.
 
-    python benchmarks/operator_loop.py
-    python benchmarks/operator_loop.py --ps 99 --workers 99 --events 400
+    python benchmarks/bench_operator_loop_lag.py
+    python benchmarks/bench_operator_loop_lag.py --ps 99 --workers 99 --events 400
 
 Drives `controller.Controller` without an API server: kopf's indexes are stand-ins that the benchmark's
 "watch" changes, and a fake Kube applies each plan to them as the API server's watch would echo it.
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents_operator import naming, operator_main, reconcile, status  # noqa: E402
+from agents_operator import naming, operator_main, podview, reconcile  # noqa: E402
 from agents_operator.controller import Controller  # noqa: E402
 from agents_operator.kube import Outcome  # noqa: E402
 
@@ -96,10 +96,10 @@ class EchoKube:
         for action in plan.actions:
             match action:
                 case reconcile.Create(obj=obj) if action.kind == reconcile.KIND_POD:
-                    self.pods.put(action.name, status.view_pod(obj))
+                    self.pods.put(action.name, podview.view_pod(obj))
                 case reconcile.Create(obj=obj):
                     store = self.services if action.kind == reconcile.KIND_SERVICE else self.others
-                    store.put(action.name, status.view_child(obj))
+                    store.put(action.name, podview.view_child(obj))
                 case reconcile.Delete(kind=reconcile.KIND_POD, name=name):
                     self.pods.pop(name)
                 case reconcile.MarkCounted(pod=pod, restarts=n):

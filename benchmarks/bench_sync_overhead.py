@@ -5,8 +5,8 @@ Runs a local AgentsJob of 1 ps and 2 workers twice, in `async` and in `sync` mod
 (in sync mode this includes waiting for the other worker) and reading the state back, as a share of the
 whole update (those plus the local PPO epochs). Goal: <= 0.10.
 
-    .venv/bin/python benchmarks/sync_overhead.py
-    .venv/bin/python benchmarks/sync_overhead.py --preset cheetah --iterations 6 --envs 4
+    .venv/bin/python benchmarks/bench_sync_overhead.py
+    .venv/bin/python benchmarks/bench_sync_overhead.py --preset cheetah --iterations 6 --envs 4
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from localjob import job_rates, run_job
+from local_job_runs import job_rates, run_job
 
 from agents_operator import presets
 

@@ -11,8 +11,8 @@ Then the measured inputs feed the scaling model of docs/scaling.md: bytes moved 
 parameter count), the ps round-trip time, and the time of a worker's iteration, to predict throughput and
 efficiency for 4 to 64 workers on separate machines.
 
-    .venv/bin/python benchmarks/scaling.py                         # Pendulum, 20 iterations per worker
-    .venv/bin/python benchmarks/scaling.py --preset cheetah --iterations 6 --envs 4
+    .venv/bin/python benchmarks/bench_worker_scaling.py                         # Pendulum, 20 iterations per worker
+    .venv/bin/python benchmarks/bench_worker_scaling.py --preset cheetah --iterations 6 --envs 4
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from localjob import job_rates, run_job
+from local_job_runs import job_rates, run_job
 
 from agents_operator import presets
 

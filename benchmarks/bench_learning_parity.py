@@ -5,7 +5,7 @@ total environment steps, so the 2-worker job takes half as many iterations, each
 changes. Reports both evaluation curves (env steps, deterministic return), the final returns and their
 difference, and writes both learning curves on one chart with `agents-operator plot` (--out).
 
-    .venv/bin/python benchmarks/parity.py --out parity.png
+    .venv/bin/python benchmarks/bench_learning_parity.py --out parity.png
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from localjob import run_job
+from local_job_runs import run_job
 
 from agents_operator.trainer import summaries
 

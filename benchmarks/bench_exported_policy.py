@@ -7,7 +7,7 @@ evaluates (`envs.episodes.deterministic` at batch 1, the same mean + clip on a b
 repeats. Prints one JSON line; ratios > 1 mean the SavedModel is slower. numpy runs single-threaded, as in the
 trainer's environment processes.
 
-    PYTHONPATH=. python benchmarks/export.py
+    PYTHONPATH=. python benchmarks/bench_exported_policy.py
 """
 
 from __future__ import annotations

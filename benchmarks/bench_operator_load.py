@@ -1,7 +1,7 @@
 """Operator load on a real API server: 100 AgentsJobs created at once; prints one JSON line.
 
-    python benchmarks/operator_load.py                 # the cluster in $KUBECONFIG (default ~/.kube/config)
-    python benchmarks/operator_load.py --jobs 20       # a smaller burst
+    python benchmarks/bench_operator_load.py                 # the cluster in $KUBECONFIG (default ~/.kube/config)
+    python benchmarks/bench_operator_load.py --jobs 20       # a smaller burst
 
 The cluster needs the CRD (`kubectl apply --server-side -f crds/agentsjob.yaml`) and the
 `agents-operator` command next to this Python.

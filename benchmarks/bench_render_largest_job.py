@@ -7,7 +7,7 @@
   strings are where the Python emitter is slowest), and yaml_pure_s_estimated from it.
 The issue's target is build_s <= 2 on the build machine.
 
-    .venv/bin/python benchmarks/render.py
+    .venv/bin/python benchmarks/bench_render_largest_job.py
 """
 
 from __future__ import annotations

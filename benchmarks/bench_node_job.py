@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from agents_operator import naming, status
+from agents_operator import jobstatus, naming
 from agents_operator.kube import Kube
 from tests.e2e import installs
 
@@ -44,7 +44,7 @@ RELEASE, RELEASE_NAMESPACE = "agents-bench", "agents-bench-system"
 def _kubeconfig() -> str:
     for var in ("AGENTS_NODE_KUBECONFIG", "AGENTS_NODE_IMAGE_TAG"):
         if not os.environ.get(var):
-            raise SystemExit(f"node_job: {var} is not set (make e2e-node starts the node and loads the images)")
+            raise SystemExit(f"bench_node_job: {var} is not set (make e2e-node starts the node and loads the images)")
     return os.environ["AGENTS_NODE_KUBECONFIG"]
 
 
@@ -57,7 +57,7 @@ def _milestones(read, count: int, timeout: float) -> dict[str, float]:
     started, marks = time.monotonic(), {}
     while "succeeded_s" not in marks:
         if time.monotonic() - started > timeout:
-            raise SystemExit(f"node_job: no Succeeded within {timeout} s (reached {sorted(marks)})")
+            raise SystemExit(f"bench_node_job: no Succeeded within {timeout} s (reached {sorted(marks)})")
         running, job_status = read()
         now = round(time.monotonic() - started, 1)
         if running >= count:
@@ -67,7 +67,7 @@ def _milestones(read, count: int, timeout: float) -> dict[str, float]:
         if job_status.get("state") == "Succeeded":
             marks["succeeded_s"] = now
         elif job_status.get("state") == "Failed":
-            raise SystemExit(f"node_job: the job failed: {json.dumps(job_status)[:2000]}")
+            raise SystemExit(f"bench_node_job: the job failed: {json.dumps(job_status)[:2000]}")
         time.sleep(POLL)
     return marks
 
@@ -128,7 +128,7 @@ def pod_start_latency(kube: Kube, kubectl, namespace: str) -> dict[str, float]:
         if len(pods) == 9 and all(s is not None for s in started):
             break
         if time.monotonic() > deadline:
-            raise SystemExit("node_job: the 9 pods did not all start within 600 s")
+            raise SystemExit("bench_node_job: the 9 pods did not all start within 600 s")
         time.sleep(POLL)
     latencies = sorted(started)
     return {
@@ -139,11 +139,11 @@ def pod_start_latency(kube: Kube, kubectl, namespace: str) -> dict[str, float]:
 
 
 def _started(pod: dict) -> float | None:
-    created = status.parse_time(pod["metadata"].get("creationTimestamp"))
+    created = jobstatus.parse_time(pod["metadata"].get("creationTimestamp"))
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         running = (container.get("state") or {}).get("running") or (container.get("state") or {}).get("terminated")
         if running and running.get("startedAt") and created:
-            return (status.parse_time(running["startedAt"]) - created).total_seconds()
+            return (jobstatus.parse_time(running["startedAt"]) - created).total_seconds()
     return None
 
 

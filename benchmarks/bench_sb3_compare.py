@@ -52,9 +52,9 @@ VecNormalize with its defaults, whose gamma 0.99 is the entry's). The zoo's trai
 threads (`--num-threads -1`), as here, and defaults to `--vec-env dummy`; here both SB3 settings use its
 `subproc`, so that every side simulates on all cores and the settings differ only in hyperparameters.
 
-    .venv/bin/python benchmarks/sb3_compare.py --setup       # create benchmarks/.venv-sb3, then exit
-    .venv/bin/python benchmarks/sb3_compare.py --quick       # a few minutes: the script end to end
-    .venv/bin/python benchmarks/sb3_compare.py --steps 100000 --rounds 2
+    .venv/bin/python benchmarks/bench_sb3_compare.py --setup       # create benchmarks/.venv-sb3, then exit
+    .venv/bin/python benchmarks/bench_sb3_compare.py --quick       # a few minutes: the script end to end
+    .venv/bin/python benchmarks/bench_sb3_compare.py --steps 100000 --rounds 2
 """
 
 from __future__ import annotations
