@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 from agents_operator import presets, tfconfig  # noqa: E402
 from agents_operator.config import TrainerConfig  # noqa: E402
 from agents_operator.trainer.envs.batch import BatchEnv  # noqa: E402
-from agents_operator.trainer.envs.remote import RemoteBatchEnv  # noqa: E402
+from agents_operator.trainer.envserver.client import RemoteBatchEnv  # noqa: E402
 from agents_operator.trainer.loop import train  # noqa: E402
 from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler, StepSampler  # noqa: E402

@@ -31,7 +31,7 @@ from agents_operator import policy as loader  # noqa: E402
 from agents_operator.trainer import export  # noqa: E402
 from agents_operator.trainer.envs.episodes import deterministic  # noqa: E402
 from agents_operator.trainer.envs.make import make_env  # noqa: E402
-from agents_operator.trainer.normalize import Moments, Normalizer  # noqa: E402
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer  # noqa: E402
 from agents_operator.trainer.ppo.policy import NumpyPolicy  # noqa: E402
 
 BATCHES = (1, 256)

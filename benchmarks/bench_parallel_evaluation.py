@@ -27,7 +27,7 @@ from agents_operator import presets
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.make import usable_cpus
-from agents_operator.trainer.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 
 
 def best(repeats: int, play) -> tuple[float, tuple]:
