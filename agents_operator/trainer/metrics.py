@@ -1,7 +1,7 @@
 """Prometheus metrics of a training process, served at http://<host>:<metrics_port>/metrics.
 
-The operator reads them to report progress in the AgentsJob status. A port that cannot be bound is
-logged and training goes on without the endpoint: metrics must never stop a run. The server
+Their names are `contract`'s. The operator reads them to report progress in the AgentsJob status. A port
+that cannot be bound is logged and training goes on without the endpoint: metrics must never stop a run. The server
 (`metrics_server`) listens on every interface in a pod and on `host` where one is given (the local
 launcher gives 127.0.0.1).
 """
@@ -12,6 +12,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from agents_operator import contract
 from agents_operator.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -22,13 +23,17 @@ class Metrics:
 
     def __init__(self, port: int, host: str = ""):
         self.registry = CollectorRegistry()
-        self.global_step = self._gauge("global_step", "Updates applied to the shared parameters (one per push).")
-        self.env_steps = self._gauge("env_steps", "Environment steps taken by all workers so far.")
-        self.iterations = self._gauge("iterations", "PPO iterations (rollout + update) of all workers.")
-        self.mean_return = self._gauge("mean_return", "Mean return of the last iteration's training episodes.")
-        self.eval_return = self._gauge("eval_mean_return", "Mean return of the last evaluation.")
+        self.global_step = self._gauge(
+            contract.METRIC_GLOBAL_STEP, "Updates applied to the shared parameters (one per push)."
+        )
+        self.env_steps = self._gauge(contract.METRIC_ENV_STEPS, "Environment steps taken by all workers so far.")
+        self.iterations = self._gauge(contract.METRIC_ITERATIONS, "PPO iterations (rollout + update) of all workers.")
+        self.mean_return = self._gauge(
+            contract.METRIC_MEAN_RETURN, "Mean return of the last iteration's training episodes."
+        )
+        self.eval_return = self._gauge(contract.METRIC_EVAL_RETURN, "Mean return of the last evaluation.")
         self.steps_per_second = self._gauge(
-            "env_steps_per_second", "Environment steps per second of the whole job, over the last iteration."
+            contract.METRIC_STEPS_PER_SECOND, "Environment steps per second of the whole job, over the last iteration."
         )
         # Not a number until measured: readers (operator, launcher) leave NaN samples out. The counters too,
         # until the chief knows the run's (a resumed run's are not 0, and a 0 would count its restored steps as
@@ -50,7 +55,7 @@ class Metrics:
                 log.warning("metrics endpoint not started: port %d: %s", port, error)
 
     def _gauge(self, name: str, text: str) -> Gauge:
-        return Gauge(f"agents_trainer_{name}", text, registry=self.registry)
+        return Gauge(name, text, registry=self.registry)
 
     def counters(self, global_step: int, env_steps: int, iterations: int) -> None:
         self.global_step.set(global_step)

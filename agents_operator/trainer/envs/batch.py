@@ -47,8 +47,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents_operator.trainer.envs import messages
 from agents_operator.trainer.envs.episodes import Played
 from agents_operator.trainer.envs.make import usable_cpus
+from agents_operator.trainer.envs.messages import Attach, Collect, Episode, Failure, Kind, Start, encode
 from agents_operator.trainer.envs.policy_message import policy_message
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
@@ -103,7 +105,9 @@ class BatchEnv(BatchChecks):
         self._shutdown = weakref.finalize(self, _shut_down, self._workers, self._buffer_file)
         try:
             spaces = self._round_trip(
-                lambda worker: ("start", (env_id, max_episode_steps, worker.envs.start, seed, len(worker.envs)))
+                lambda worker: encode(
+                    Kind.START, Start(env_id, max_episode_steps, worker.envs.start, seed, len(worker.envs))
+                )
             )
             observation_space, action_space = spaces[0]
             _check_spaces(env_id, observation_space, action_space)
@@ -115,7 +119,7 @@ class BatchEnv(BatchChecks):
             os.ftruncate(self._buffer_file.fileno(), layout.nbytes)
             self._memory = mmap.mmap(self._buffer_file.fileno(), layout.nbytes)
             self._shared = layout.arrays(self._memory)
-            self._round_trip(lambda worker: ("attach", (layout, worker.envs.start, worker.envs.stop)))
+            self._round_trip(lambda worker: encode(Kind.ATTACH, Attach(layout, worker.envs.start, worker.envs.stop)))
         except BaseException:
             self.close()
             raise
@@ -128,7 +132,7 @@ class BatchEnv(BatchChecks):
 
     def reset(self) -> np.ndarray:
         """Reset every environment; returns the first observations, (num_envs, *obs_shape) float32."""
-        self._round_trip(lambda worker: ("reset", ()))
+        self._round_trip(lambda worker: encode(Kind.RESET))
         self._was_reset = True
         return self._shared.observations.copy()
 
@@ -157,7 +161,7 @@ class BatchEnv(BatchChecks):
         with self._guard():
             rows = self._shared.rows(worker.envs.start, worker.envs.stop)
             np.clip(actions, self.action_low, self.action_high, out=rows.actions)
-            worker.send(("step", ()))
+            worker.send(messages.STEP)
             worker.stepping = True
 
     def receive_step(self, group: int) -> StepResult:
@@ -187,10 +191,10 @@ class BatchEnv(BatchChecks):
             )
         request = policy_message(policy, observations)
 
-        def message(worker: _WorkerHandle) -> tuple[str, tuple[Any, ...]]:
+        def message(worker: _WorkerHandle) -> bytes:
             rows = slice(worker.envs.start, worker.envs.stop)
             first = None if first_acting is None else first_acting[rows]
-            return "collect", ({**request, "noise": noise[:, rows], "first_acting": first},)
+            return encode(Kind.COLLECT, Collect(request, noise[:, rows], first))
 
         return Rollout.concatenate(self._round_trip(message))
 
@@ -211,7 +215,7 @@ class BatchEnv(BatchChecks):
         def give_next(worker: _WorkerHandle) -> None:
             episode = next(queue, None)
             if episode is not None:
-                worker.send(("episode", (request, seed + episode)))
+                worker.send(encode(Kind.EPISODE, Episode(request, seed + episode)))
                 playing[worker.connection] = worker, episode
 
         self._receive_steps()
@@ -246,7 +250,7 @@ class BatchEnv(BatchChecks):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _round_trip(self, message: Callable[[_WorkerHandle], tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    def _round_trip(self, message: Callable[[_WorkerHandle], bytes]) -> list[Any]:
         """Send `message(worker)` to every worker, then collect their results in worker order.
 
         Workers run concurrently between the two loops. A step in flight is received first.
@@ -286,9 +290,10 @@ class _WorkerHandle:
             )
         return cls(env_id, envs, process, Connection(parent_end.detach()))
 
-    def send(self, message: tuple[str, tuple[Any, ...]]) -> None:
+    def send(self, message: bytes) -> None:
+        """Send a message (`messages.encode`)."""
         try:
-            self.connection.send_bytes(pickle.dumps(message))
+            self.connection.send_bytes(message)
         except OSError:
             raise EnvProcessError(self._death_notice()) from None
 
@@ -297,13 +302,13 @@ class _WorkerHandle:
             while not self.connection.poll(POLL_SECONDS):
                 if self.process.poll() is not None:
                     raise EOFError
-            ok, result = pickle.loads(self.connection.recv_bytes())
+            reply = pickle.loads(self.connection.recv_bytes())
         except (EOFError, OSError):
             raise EnvProcessError(self._death_notice()) from None
-        if not ok:
-            where, formatted = result
+        if isinstance(reply, Failure):
+            where, formatted = reply
             raise EnvProcessError(f"{self.env_id}: {where} raised in worker process {self.process.pid}:\n{formatted}")
-        return result
+        return reply
 
     def _death_notice(self) -> str:
         where = (
@@ -321,7 +326,7 @@ def _shut_down(workers: list[_WorkerHandle], buffer_file: Any) -> None:
     """Close every worker (gracefully, then by force) and the shared buffer; safe to call twice."""
     for worker in workers:
         with contextlib.suppress(OSError):
-            worker.connection.send_bytes(pickle.dumps(("close", ())))
+            worker.connection.send_bytes(messages.CLOSE)
     deadline = time.monotonic() + _CLOSE_SECONDS
     for worker in workers:
         try:

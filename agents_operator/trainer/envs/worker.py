@@ -1,11 +1,12 @@
 """The worker side of a `BatchEnv`: the main loop of one worker process and its environments.
 
 A worker process is a fresh interpreter that runs `serve`: it makes its environments, steps them through the
-shared memory on the parent's command, and runs whole rollouts of them (`collect`) with the policy the parent
-sends. Apart from them, it plays evaluation episodes of a policy the parent sends (`episode`) on an
-environment of its own, made on first use. It catches every exception and sends its traceback back to be
-re-raised, ignores SIGINT (the parent shuts it down) and exits when its pipe reaches end-of-file or its parent
-changes (checked while it waits and at every step of a rollout it runs).
+shared memory on the parent's messages (`messages`; one handler per kind, `dispatch`), and runs whole
+rollouts of them (`collect`) with the policy the parent sends. Apart from them, it plays evaluation episodes
+of a policy the parent sends (`episode`) on an environment of its own, made on first use. It catches every
+exception and sends its traceback back to be re-raised, ignores SIGINT (the parent shuts it down) and exits
+when its pipe reaches end-of-file or its parent changes (checked while it waits and at every step of a
+rollout it runs).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pickle
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.envs.messages import Failure, Kind, UnknownKind
 from agents_operator.trainer.envs.policy_message import parse_policy
 from agents_operator.trainer.envs.rollout import Rollout, run
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
@@ -89,30 +92,31 @@ class _Worker:
         self.simulation_seconds += time.perf_counter() - begin
         return returns, lengths
 
-    def collect(self, message: dict[str, Any]) -> Rollout:
+    def collect(self, policy: dict[str, Any], noise: np.ndarray, first_acting: np.ndarray | None) -> Rollout:
         """A rollout of this process's environments from where they are, acting with the message's policy."""
-        policy, normalizer = parse_policy(message, self._shared.observations.shape[1:])
-        observations, first_acting = self._shared.observations.copy(), message["first_acting"]
+        acting, normalizer = parse_policy(policy, self._shared.observations.shape[1:])
+        observations = self._shared.observations.copy()
         before = self.simulation_seconds
-        rollout = run(_OwnEnvs(self), observations, policy, normalizer, message["noise"], first_acting)
+        rollout = run(_OwnEnvs(self), observations, acting, normalizer, noise, first_acting)
         rollout.simulation_seconds = np.array([self.simulation_seconds - before])
         return rollout
 
-    def episode(self, message: dict[str, Any], seed: int) -> tuple[float, int]:
+    def episode(self, policy: dict[str, Any], seed: int) -> tuple[float, int]:
         """The return and length of one evaluation episode (`episodes.run_episodes`, seeded `seed`) of the
         message's policy, on this process's evaluation environment: the batch's episodes go on undisturbed."""
         self._current = None
-        policy, normalizer = parse_policy(message, self._shared.observations.shape[1:])
-        (total,), (length,) = self._evaluation.run_episodes(policy, normalizer, 1, seed)
+        acting, normalizer = parse_policy(policy, self._shared.observations.shape[1:])
+        (total,), (length,) = self._evaluation.run_episodes(acting, normalizer, 1, seed)
         return total, length
 
-    def failure(self) -> tuple[str, str]:
+    def failure(self) -> Failure:
+        """The reply to a message whose handler is raising now."""
         where = (
             "the evaluation environment"
             if self._current is None
             else f"environment {self._first_index + self._current}"
         )
-        return where, traceback.format_exc()
+        return Failure(where, traceback.format_exc())
 
 
 class _OwnEnvs:
@@ -134,8 +138,27 @@ class _OwnEnvs:
         return self._worker._shared.result(*self._episodes)
 
 
+_HANDLERS: dict[Kind, Callable[..., Any]] = {
+    Kind.START: _Worker.start,
+    Kind.ATTACH: _Worker.attach,
+    Kind.RESET: _Worker.reset,
+    Kind.STEP: _Worker.step,
+    Kind.COLLECT: _Worker.collect,
+    Kind.EPISODE: _Worker.episode,
+}
+"""What a worker does for each kind of message (`messages.Kind`) but `CLOSE`, called with its arguments."""
+
+
+def dispatch(worker: _Worker, kind: Kind, arguments: tuple[Any, ...]) -> Any:
+    """The result of `kind`'s handler on `arguments`; `UnknownKind` for a kind without one."""
+    handler = _HANDLERS.get(kind)
+    if handler is None:
+        raise UnknownKind(kind)
+    return handler(worker, *arguments)
+
+
 def serve(channel_fd: int, buffer_fd: int) -> None:
-    """Main loop of a worker process: run the parent's commands until it says close or goes away."""
+    """Main loop of a worker process: run the parent's messages until it says close or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection = Connection(channel_fd)
     worker = _Worker(buffer_fd, os.getppid())
@@ -144,15 +167,17 @@ def serve(channel_fd: int, buffer_fd: int) -> None:
             while not connection.poll(POLL_SECONDS):
                 if os.getppid() != worker.parent:
                     return
-            command, arguments = pickle.loads(connection.recv_bytes())
+            kind, arguments = pickle.loads(connection.recv_bytes())
         except (EOFError, OSError):
             return
-        if command == "close":
+        if kind is Kind.CLOSE:
             return
         try:
-            reply = (True, getattr(worker, command)(*arguments))
+            reply = dispatch(worker, kind, arguments)
+        except UnknownKind:
+            reply = Failure("its message loop", traceback.format_exc())
         except Exception:
-            reply = (False, worker.failure())
+            reply = worker.failure()
         try:
             connection.send_bytes(pickle.dumps(reply))
         except OSError:
