@@ -18,13 +18,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, get_args, overload
+from typing import Any, Literal, overload
 
 import kubernetes.client
 from kubernetes.client import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from agents_operator import api, manifests, naming
+from agents_operator import api, contract, manifests, naming
 
 
 class JobNotFound(LookupError):
@@ -41,16 +41,6 @@ class JobFailed(RuntimeError):
 
 class WaitTimeout(TimeoutError):
     """The condition did not become True in time."""
-
-
-def find_condition(job: dict, type_: str) -> dict | None:
-    """The condition of this type in a job's status, if any."""
-    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
-
-
-def _is_true(job: dict, type_: str) -> bool:
-    cond = find_condition(job, type_)
-    return cond is not None and cond.get("status") == "True"
 
 
 def _parse_replica(replica: str) -> tuple[str, int, str | None]:
@@ -148,21 +138,21 @@ class AgentsJobClient:
 
     # --- waiting ---------------------------------------------------------------------------------------------
 
-    def wait(self, name: str, condition: str = "Succeeded", timeout: float = 3600.0) -> dict:
+    def wait(self, name: str, condition: str = contract.SUCCEEDED, timeout: float = 3600.0) -> dict:
         """Block until the job's `condition` is True; returns the job.
 
         Raises JobFailed when the job fails first (unless waiting for Failed), JobNotFound when it is
         deleted, WaitTimeout after `timeout` seconds.
         """
-        if condition not in get_args(api.ConditionType):
-            raise ValueError(f"condition must be one of {get_args(api.ConditionType)}, got {condition!r}")
+        if condition not in contract.CONDITION_TYPES:
+            raise ValueError(f"condition must be one of {contract.CONDITION_TYPES}, got {condition!r}")
         deadline = time.monotonic() + timeout
         while True:
             job = self.get(name)
-            if _is_true(job, condition):
+            if contract.condition_true(job.get("status"), condition):
                 return job
-            if condition != "Failed" and _is_true(job, "Failed"):
-                failed = find_condition(job, "Failed") or {}
+            if condition != contract.FAILED and contract.condition_true(job.get("status"), contract.FAILED):
+                failed = contract.find_condition(job.get("status"), contract.FAILED) or {}
                 raise JobFailed(name, failed.get("reason"), failed.get("message"))
             remaining = deadline - time.monotonic()
             if remaining <= 0:

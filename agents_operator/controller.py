@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from agents_operator import api, naming, reconcile, render, status
+from agents_operator import api, chiefmetrics, naming, podview, reconcile, render
 from agents_operator.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class Controller:
         self.metrics = metrics
         self.indexes: dict[str, Index] = {}
         self.jobs: dict[Key, JobRecord] = {}
-        self.metrics_url: Callable[[str, str, int], str] = status.metrics_url
+        self.metrics_url: Callable[[str, str, int], str] = chiefmetrics.metrics_url
         self.now: Callable[[], datetime] = _now
 
     # --- records -------------------------------------------------------------------------------------------
@@ -303,21 +303,21 @@ class Controller:
         memory.counted = {
             n: v for n, v in memory.counted.items() if n in names and not any(p.name == n and p.counted for p in pods)
         }
-        return job, status.overlay(pods, memory.deleting, memory.counted)
+        return job, podview.overlay(pods, memory.deleting, memory.counted)
 
     async def _explain(self, key: Key, memory: JobMemory, pods: list) -> list:
         """Pods Pending for a while with nothing said in their status, with the reason their Events give (a
         volume the kubelet cannot mount, a sandbox it cannot create: the status says only ContainerCreating).
         Events are read only for such pods, once per EVENTS_TTL s each."""
         now, clock = self.now(), time.monotonic()
-        waiting = {p.name for p in pods if status.unexplained(p, now)}
+        waiting = {p.name for p in pods if podview.unexplained(p, now)}
         memory.pod_events = {name: read for name, read in memory.pod_events.items() if name in waiting}
         read_at = {name: at for name, (at, _) in memory.pod_events.items()}
         stale = sorted(n for n in waiting if n not in read_at or clock - read_at[n] >= EVENTS_TTL)
         if stale:
             found = await asyncio.to_thread(self.kube.pod_events, key[0], stale)
             memory.pod_events.update({name: (clock, events) for name, events in found.items()})
-        return [status.explained(p, memory.pod_events[p.name][1], now) if p.name in waiting else p for p in pods]
+        return [podview.explained(p, memory.pod_events[p.name][1], now) if p.name in waiting else p for p in pods]
 
     def _learn(self, key: Key, memory: JobMemory, plan: reconcile.Plan, outcome: Any) -> None:
         if outcome.job_gone or outcome.job_deleted:
@@ -456,7 +456,9 @@ class Controller:
             return None
         now = self.now()
         # Parsed on a worker thread: a megabyte of samples would hold the event loop up.
-        progress = await asyncio.to_thread(lambda: status.progress_from_metrics(body.decode("utf-8", "replace"), now))
+        progress = await asyncio.to_thread(
+            lambda: chiefmetrics.progress_from_metrics(body.decode("utf-8", "replace"), now)
+        )
         if progress is None:
             return None
         old = {k: v for k, v in (current.get("progress") or {}).items() if k != "updatedAt"}

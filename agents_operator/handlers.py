@@ -1,7 +1,7 @@
 """kopf glue: the indexes of what exists and the triggers that kick the `controller.Controller`.
 
-Every handler is a line or two: an index keeps a view of each object (`status.view_pod`,
-`status.view_child`, the job without kopf's bookkeeping); an event kicks the job's reconcile. Triggers: a
+Every handler is a line or two: an index keeps a view of each object (`podview.view_pod`,
+`podview.view_child`, the job without kopf's bookkeeping); an event kicks the job's reconcile. Triggers: a
 job listed, added, deleted or with an unobserved spec generation, any event of a job's pod, Service,
 Deployment or NetworkPolicy. The controller adds the periodic resync and the wake-ups plans ask for.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 
 from agents_operator import controller as ctl
-from agents_operator import naming, status
+from agents_operator import naming, podview
 from agents_operator.controller import Controller, Key
 
 JOBS = (naming.GROUP, naming.VERSION, naming.PLURAL)
@@ -30,18 +30,18 @@ class Child:
     resource: tuple[str, ...]
     index: str
     event: str
-    view: Callable[[kopf.Body], status.PodView | status.ChildView | None]
+    view: Callable[[kopf.Body], podview.PodView | podview.ChildView | None]
 
 
 CHILDREN = (
-    Child(("v1", "pods"), ctl.INDEX_PODS, "pod-event", status.view_pod),
-    Child(("v1", "services"), ctl.INDEX_SERVICES, "service-event", status.view_child),
-    Child(("apps", "v1", "deployments"), ctl.INDEX_DEPLOYMENTS, "deployment-event", status.view_child),
+    Child(("v1", "pods"), ctl.INDEX_PODS, "pod-event", podview.view_pod),
+    Child(("v1", "services"), ctl.INDEX_SERVICES, "service-event", podview.view_child),
+    Child(("apps", "v1", "deployments"), ctl.INDEX_DEPLOYMENTS, "deployment-event", podview.view_child),
     Child(
         ("networking.k8s.io", "v1", "networkpolicies"),
         ctl.INDEX_NETWORK_POLICIES,
         "networkpolicy-event",
-        status.view_child,
+        podview.view_child,
     ),
 )
 

@@ -27,7 +27,7 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
-from agents_operator import naming, reconcile, status
+from agents_operator import jobstatus, naming, podview, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class Kube:
         """A core/v1 Event about the job. Names are made here (not generateName), so that any server takes them."""
         meta = job.get("metadata") or {}
         namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
-        stamp = status.timestamp(now) if now else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp = jobstatus.timestamp(now) if now else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         involved = {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "name": name, "namespace": namespace}
         if meta.get("uid"):
             involved["uid"] = meta["uid"]
@@ -309,7 +309,7 @@ class Kube:
 
         marks = plan.of(reconcile.MarkCounted)
         self._parallel(
-            lambda a: self.annotate("Pod", namespace, a.pod, {status.ANNOTATION_COUNTED: str(a.restarts)}), marks
+            lambda a: self.annotate("Pod", namespace, a.pod, {podview.ANNOTATION_COUNTED: str(a.restarts)}), marks
         )
         outcome.done += marks
         for action in plan.of(reconcile.WriteStatus):

@@ -33,7 +33,19 @@ from typing import TextIO
 
 import yaml
 
-from agents_operator import exported, launch, localreport, naming, reconcile, render, sandbox, scrape, status, tfconfig
+from agents_operator import (
+    chiefmetrics,
+    exported,
+    launch,
+    localreport,
+    naming,
+    podview,
+    reconcile,
+    render,
+    sandbox,
+    scrape,
+    tfconfig,
+)
 from agents_operator.api import AgentsJob
 from agents_operator.launch import Launch
 from agents_operator.reconcile import conditions, rules
@@ -265,12 +277,12 @@ class ProcessPod:
         self.deleting_until: float | None = None
         """While the pod is being deleted: when (monotonic) what is left of it is SIGKILLed."""
 
-    def view(self, name: str, slot: tuple[str, int]) -> status.PodView:
+    def view(self, name: str, slot: tuple[str, int]) -> podview.PodView:
         """The pod as the operator would see it from the API server."""
         code = self.main.exit_code
         failed = bool(code)
-        phase = {None: status.PHASE_RUNNING, 0: status.PHASE_SUCCEEDED}.get(code, status.PHASE_FAILED)
-        return status.PodView(
+        phase = {None: podview.PHASE_RUNNING, 0: podview.PHASE_SUCCEEDED}.get(code, podview.PHASE_FAILED)
+        return podview.PodView(
             name,
             *slot,
             phase=phase,
@@ -304,7 +316,7 @@ class Launcher:
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.slots = {naming.child_name(job.name, t, i): (t, i) for t, i in job.topology.slots()}
         self.pods: dict[tuple[str, int], ProcessPod] = {}
-        self.children: dict[tuple[str, str], status.ChildView] = {}
+        self.children: dict[tuple[str, str], podview.ChildView] = {}
         """The pod-less children the plan created (Services, TensorBoard): nothing runs for them here."""
         self.status: dict = {}
         self.desired = reconcile.DesiredCache()
@@ -376,7 +388,7 @@ class Launcher:
 
     # --- pods ----------------------------------------------------------------------------------------------
 
-    def observe(self) -> list[status.PodView]:
+    def observe(self) -> list[podview.PodView]:
         """The job's pods as the operator would see them; deleted pods whose processes are gone are dropped."""
         views = []
         for name, slot in self.slots.items():
@@ -451,7 +463,7 @@ class Launcher:
             case reconcile.Create() if action.kind == reconcile.KIND_POD:
                 self._create_pod(self.slots[action.name])
             case reconcile.Create():
-                self.children[action.kind, action.name] = status.ChildView(action.kind, action.name)
+                self.children[action.kind, action.name] = podview.ChildView(action.kind, action.name)
             case reconcile.Delete(kind=reconcile.KIND_POD, name=name, grace_seconds=grace):
                 self._delete_pod(self.slots[name], grace)
             case reconcile.Delete(kind=kind, name=name):
@@ -474,7 +486,7 @@ class Launcher:
     def _progress(self, metrics: dict[str, float] | None) -> None:
         """The chief's metrics on the console, and in the status file's `progress` as the operator writes it."""
         self.tracker.update(metrics)
-        progress = status.progress_from_samples(metrics, datetime.now(UTC)) if metrics else None
+        progress = chiefmetrics.progress_from_samples(metrics, datetime.now(UTC)) if metrics else None
         old = {k: v for k, v in (self.status.get("progress") or {}).items() if k != "updatedAt"}
         if progress and {k: v for k, v in progress.items() if k != "updatedAt"} != old:
             self._write_status({"progress": progress})

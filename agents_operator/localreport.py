@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import status
+from agents_operator import contract
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
 
@@ -22,10 +22,10 @@ _ATTEMPT_TAIL = " start, attempt "
 _ERROR_WORDS = ("error", "exception", "killed", "fatal")
 
 FINAL_METRICS = {
-    "env_steps": status.METRIC_ENV_STEPS,
-    "global_step": status.METRIC_GLOBAL_STEP,
-    "mean_return": status.METRIC_MEAN_RETURN,
-    "eval_mean_return": status.METRIC_EVAL_RETURN,
+    "env_steps": contract.METRIC_ENV_STEPS,
+    "global_step": contract.METRIC_GLOBAL_STEP,
+    "mean_return": contract.METRIC_MEAN_RETURN,
+    "eval_mean_return": contract.METRIC_EVAL_RETURN,
 }
 """The chief's final record (`rundir.write_summary` keys) as the metrics they stand for."""
 
@@ -63,17 +63,17 @@ class Tracker:
         self.rate = 0.0
 
     def update(self, metrics: dict[str, float] | None) -> None:
-        if not metrics or status.METRIC_ENV_STEPS not in metrics:
+        if not metrics or contract.METRIC_ENV_STEPS not in metrics:
             return  # the chief does not know the run's counters yet (restoring a checkpoint, joining the ps)
-        now, steps = time.monotonic(), metrics[status.METRIC_ENV_STEPS]
-        if self.last and steps == self.last.get(status.METRIC_ENV_STEPS):
+        now, steps = time.monotonic(), metrics[contract.METRIC_ENV_STEPS]
+        if self.last and steps == self.last.get(contract.METRIC_ENV_STEPS):
             return  # nothing new: the chief is between iterations, or done
         if self._first is None:
             self._first = (now, steps)
         elif now > self._first[0]:
             self.rate = (steps - self._first[1]) / (now - self._first[0])
         self.last = metrics
-        self.display.update(int(steps), metrics.get(status.METRIC_MEAN_RETURN), self.rate)
+        self.display.update(int(steps), metrics.get(contract.METRIC_MEAN_RETURN), self.rate)
 
     def say(self, message: str) -> None:
         """A line of the launcher's (a replica exited, restarted) that leaves the bar intact."""
@@ -85,8 +85,8 @@ class Tracker:
         final = rundir.load_summary(logdir, since)
         if final:
             self.last = {**self.last, **{FINAL_METRICS[k]: v for k, v in final.items() if k in FINAL_METRICS}}
-            steps = self.last.get(status.METRIC_ENV_STEPS, 0.0)
-            self.display.update(int(steps), self.last.get(status.METRIC_MEAN_RETURN), self.rate)
+            steps = self.last.get(contract.METRIC_ENV_STEPS, 0.0)
+            self.display.update(int(steps), self.last.get(contract.METRIC_MEAN_RETURN), self.rate)
         self.display.close()
 
     def summary(self) -> str | None:
@@ -94,14 +94,14 @@ class Tracker:
         chief never reported anything."""
         if not self.last:
             return None
-        parts = [f"{int(self.last.get(status.METRIC_ENV_STEPS, 0)):,} env steps"]
-        if status.METRIC_GLOBAL_STEP in self.last:
-            parts.append(f"global step {int(self.last[status.METRIC_GLOBAL_STEP]):,}")
-        if status.METRIC_EVAL_RETURN in self.last:
-            evaluation = self.last[status.METRIC_EVAL_RETURN]
+        parts = [f"{int(self.last.get(contract.METRIC_ENV_STEPS, 0)):,} env steps"]
+        if contract.METRIC_GLOBAL_STEP in self.last:
+            parts.append(f"global step {int(self.last[contract.METRIC_GLOBAL_STEP]):,}")
+        if contract.METRIC_EVAL_RETURN in self.last:
+            evaluation = self.last[contract.METRIC_EVAL_RETURN]
             parts.append(f"eval return {evaluation:.1f} (deterministic policy, last evaluation)")
-        if status.METRIC_MEAN_RETURN in self.last:
-            parts.append(f"training return {self.last[status.METRIC_MEAN_RETURN]:.1f} (last batch's episodes)")
+        if contract.METRIC_MEAN_RETURN in self.last:
+            parts.append(f"training return {self.last[contract.METRIC_MEAN_RETURN]:.1f} (last batch's episodes)")
         if self.rate:
             parts.append(f"{self.rate:.0f} env steps/s")
         return ", ".join(parts)

@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agents_operator import reconcile, render, status
+from agents_operator import jobstatus, reconcile, render
 from agents_operator.controller import PROGRESS_INTERVAL, RESYNC_INTERVAL, Controller, ControllerOptions
 from agents_operator.handlers import register
 from agents_operator.kube import CALLER_THREADS, Kube, Outcome
@@ -103,7 +103,7 @@ class OperatorMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )
-        for state in status.ORDER:
+        for state in jobstatus.ORDER:
             self.jobs.labels(state).set(0)
 
     def observe(self, plan: reconcile.Plan, outcome: Outcome, seconds: float) -> None:
@@ -116,7 +116,7 @@ class OperatorMetrics:
             self.restarts.inc(len(plan.of(reconcile.MarkCounted)))
 
     def set_states(self, states: Iterable[str | None]) -> None:
-        counts = dict.fromkeys(status.ORDER, 0)
+        counts = dict.fromkeys(jobstatus.ORDER, 0)
         for state in states:
             if state in counts:
                 counts[state] += 1

@@ -1,6 +1,6 @@
 """Reading a trainer's progress from its Prometheus /metrics endpoint (the chief serves it).
 
-The metric names and the text parser are `status`'s, shared with the operator.
+The metric names are `contract`'s and the text parser `chiefmetrics`', shared with the operator.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import urllib.error
 import urllib.request
 
-from agents_operator import status
+from agents_operator import chiefmetrics
 
 
 def scrape(url: str, timeout: float = 2.0) -> dict[str, float] | None:
@@ -17,7 +17,7 @@ def scrape(url: str, timeout: float = 2.0) -> dict[str, float] | None:
     answer (not started yet, or gone)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            samples = status.parse_metrics(response.read().decode("utf-8", "replace"))
+            samples = chiefmetrics.parse_metrics(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
     return {name: value for name, value in samples.items() if not math.isnan(value)}

@@ -46,6 +46,11 @@ def _schema() -> dict:
     return crd.openapi_schema()
 
 
+def parsed(data: dict) -> api.AgentsJob:
+    """The job model of a schema-valid manifest: what a rule's Python twin reads."""
+    return api.AgentsJob.model_validate(data, strict=True)
+
+
 def cel_verdict(rule: api.Rule, new: dict, old: dict | None = None) -> bool | None:
     """The rule's CEL verdict on defaulted objects, or None where the API server would not run it
     (the node is absent, or a transition rule without an old object)."""

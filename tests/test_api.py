@@ -6,7 +6,7 @@ import pytest
 
 from agents_operator import api, naming, presets, render
 from agents_operator.api import AgentsJob, InvalidJob, parse_job
-from tests.crdtools import cel_verdict
+from tests.crdtools import cel_verdict, parsed
 
 
 def manifest(**spec_changes) -> dict:
@@ -530,7 +530,7 @@ CASES = [manifest()] + [bad_manifest(b) for b in BAD if not b.not_json and schem
 def test_cel_rules_agree_with_python(rule, data):
     verdict = cel_verdict(rule, data)
     if verdict is not None:
-        assert verdict == rule.check(data, None)
+        assert verdict == rule.check(parsed(data), None)
 
 
 @pytest.mark.parametrize("rule", [r for r in api.RULES if r.transition], ids=lambda r: r.cel[:50])
@@ -540,4 +540,4 @@ def test_cel_transition_rules_agree_with_python(rule, path, value, _field, _reas
     for pair in ((new, old), (old, old)):
         verdict = cel_verdict(rule, *pair)
         if verdict is not None:
-            assert verdict == rule.check(*pair)
+            assert verdict == rule.check(*map(parsed, pair))

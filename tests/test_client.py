@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiException
 
-from agents_operator import api, client
+from agents_operator import api, client, contract
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pendulum.yaml"
@@ -243,4 +243,4 @@ def test_bad_replica_names(jobs, replica):
 
 def test_job_failed_message_without_details():
     assert str(client.JobFailed("j", None, None)) == "AgentsJob j failed: no reason given"
-    assert client.find_condition({}, "Failed") is None
+    assert contract.find_condition({}, "Failed") is None and contract.find_condition(None, "Failed") is None

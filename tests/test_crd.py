@@ -5,7 +5,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agents_operator import api, crd, manifests
+from agents_operator import api, contract, crd, manifests
 from tests.crdtools import apply_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +122,6 @@ def test_section_defaults_are_written_out_in_full():
         "placement": "colocated",
         "mode": "step",
         "serversPerWorker": 1,
-        "port": api.DEFAULT_ENV_SERVER_PORT,
+        "port": contract.ENV_SERVER_PORT,
         "server": {"restartPolicy": "OnFailure"},
     }

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from agents_operator import api, naming, presets, render
 from agents_operator.api import InvalidJob, parse_job
-from tests.crdtools import cel_verdict
+from tests.crdtools import cel_verdict, parsed
 from tests.test_api import ESCALATIONS, schema_valid
 from tests.test_podsecurity import violations
 
@@ -132,4 +132,4 @@ def test_cel_rules_agree_with_python_on_generated_jobs(data):
     for rule in api.RULES:
         verdict = cel_verdict(rule, data)
         if verdict is not None:
-            assert verdict == rule.check(data, None), rule.cel
+            assert verdict == rule.check(parsed(data), None), rule.cel

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from agents_operator import status
+from agents_operator import jobstatus
 from agents_operator.api import (
     CREATED,
     FAILED,
@@ -22,9 +22,9 @@ from agents_operator.api import (
     SUSPENDED,
     AgentsJobStatus,
 )
+from agents_operator.podview import PodView
 from agents_operator.reconcile.actions import NORMAL, WARNING, Event, Refusal
 from agents_operator.reconcile.rules import Outcome
-from agents_operator.status import PodView
 
 JOB_CREATED = "JobCreated"
 JOB_RUNNING = "JobRunning"
@@ -48,7 +48,9 @@ class Conditions:
         self.events: list[Event] = []
 
     def set(self, type_: str, value: bool, reason: str, message: str) -> None:
-        if status.set_condition(self.status, type_, value, reason, message, self.now) and (value or type_ == SUSPENDED):
+        if jobstatus.set_condition(self.status, type_, value, reason, message, self.now) and (
+            value or type_ == SUSPENDED
+        ):
             kind = WARNING if value and type_ in WARNING_TRANSITIONS else NORMAL
             self.events.append(Event(kind, reason, message))
 
@@ -83,12 +85,12 @@ class Conditions:
         first = pods[0]
         more = f" (and {len(pods) - 1} more)" if len(pods) > 1 else ""
         message = f"pod {first.name} cannot start: {first.waiting_message}{more}"
-        before = status.get_condition(self.status, REPLICA_FAILURE)
+        before = jobstatus.get_condition(self.status, REPLICA_FAILURE)
         if before is None or before.status != "True" or before.message != message:
             self.events += [
                 Event(WARNING, p.waiting or "", f"pod {p.name} cannot start: {p.waiting_message}") for p in pods
             ]
-        status.set_condition(self.status, REPLICA_FAILURE, True, first.waiting or "", message, self.now)
+        jobstatus.set_condition(self.status, REPLICA_FAILURE, True, first.waiting or "", message, self.now)
 
     def in_progress(self, running: bool, restarting: bool, what: str) -> None:
         """`running`: every pod of `what` runs or has finished; `restarting`: failed pods are being replaced."""
@@ -103,7 +105,7 @@ class Conditions:
 
     def refused(self, refusals: list[Refusal]) -> None:
         """ReplicaFailure with the API server's message; a Warning Event per child when the message is new."""
-        before = status.get_condition(self.status, REPLICA_FAILURE)
+        before = jobstatus.get_condition(self.status, REPLICA_FAILURE)
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
         message = f"{refusals[0].message}{more}"
         if before is None or before.status != "True" or before.message != message:
@@ -111,15 +113,15 @@ class Conditions:
                 Event(WARNING, FAILED_CREATE, f"Error creating {r.kind.lower()} {r.name}: {r.message}")
                 for r in refusals
             ]
-        status.set_condition(self.status, REPLICA_FAILURE, True, FAILED_CREATE, message, self.now)
+        jobstatus.set_condition(self.status, REPLICA_FAILURE, True, FAILED_CREATE, message, self.now)
 
 
 def ended(job_status: Mapping[str, Any]) -> Outcome | None:
     """How a status says its job ended: the condition its state names when that is Failed, Succeeded or
     Suspended (nothing runs); None while the job runs or waits to."""
-    parsed = status.parse_status(job_status)
-    state = status.state_of(parsed)
-    condition = status.get_condition(parsed, state) if state in (FAILED, SUCCEEDED, SUSPENDED) else None
+    parsed = jobstatus.parse_status(job_status)
+    state = jobstatus.state_of(parsed)
+    condition = jobstatus.get_condition(parsed, state) if state in (FAILED, SUCCEEDED, SUSPENDED) else None
     if condition is None:
         return None
     return Outcome(condition.type, condition.reason or "", condition.message or "")

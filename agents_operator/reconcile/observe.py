@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agents_operator import api, naming, render, status
+from agents_operator import api, naming, podview, render
 from agents_operator.api import AgentsJobStatus, ReplicaStatus
+from agents_operator.podview import POD_ACTIVE, POD_FAILED, POD_SUCCEEDED, ChildView, PodView
 from agents_operator.reconcile.actions import KIND_DEPLOYMENT, KIND_POD, KIND_SERVICE, Delete
-from agents_operator.status import POD_ACTIVE, POD_FAILED, POD_SUCCEEDED, ChildView, PodView
 
 Slot = tuple[str, int]
 """(replica type, index) of one pod."""
@@ -93,7 +93,7 @@ def observe(
     seen = Observed()
     expected = set(desired.slots)
     for raw in pods:
-        pod = raw if isinstance(raw, PodView) else status.view_pod(raw, job)
+        pod = raw if isinstance(raw, PodView) else podview.view_pod(raw, job)
         if pod is None:
             continue
         foreign = bool(uid and pod.owner_uid and pod.owner_uid != uid)
@@ -119,7 +119,7 @@ def observe(
 def _as_child(obj: Mapping | ChildView, job: str, kind: str) -> ChildView | None:
     if isinstance(obj, ChildView):
         return obj
-    view = status.view_child(obj, job)
+    view = podview.view_child(obj, job)
     return replace(view, kind=view.kind or kind) if view else None
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from agents_operator import api, naming, status
-from agents_operator.status import PodView
+from agents_operator import api, jobstatus, naming, podview
+from agents_operator.podview import PodView
 
 INVALID_SPEC = "InvalidSpec"
 PRIVILEGED_NOT_ALLOWED = "PrivilegedNotAllowed"
@@ -47,7 +47,7 @@ class Outcome:
 def success(job: api.AgentsJob, slots: Mapping[tuple[str, int], PodView]) -> Outcome | None:
     """successPolicy ChiefWorker: worker 0 succeeded; AllWorkers: every worker did."""
     workers = [slots.get((naming.WORKER, i)) for i in range(job.spec.replica_specs.worker.replicas)]
-    done = [w is not None and w.state == status.POD_SUCCEEDED for w in workers]
+    done = [w is not None and w.state == podview.POD_SUCCEEDED for w in workers]
     if job.spec.success_policy == "ChiefWorker" and done[0]:
         chief = naming.child_name(job.name, naming.WORKER, 0)
         return Outcome(api.SUCCEEDED, CHIEF_SUCCEEDED, f"{chief} succeeded")
@@ -59,7 +59,7 @@ def success(job: api.AgentsJob, slots: Mapping[tuple[str, int], PodView]) -> Out
 def deadline(run: api.RunPolicy, start_time: str | None, now: datetime) -> tuple[Outcome | None, float | None]:
     """activeDeadlineSeconds: the Outcome once it has passed since `start_time`, else the seconds left (None:
     no deadline runs: none is set, the job has not started, or it is suspended)."""
-    started = status.parse_time(start_time)
+    started = jobstatus.parse_time(start_time)
     if not run.active_deadline_seconds or started is None or run.suspend:
         return None, None
     ends = started + timedelta(seconds=run.active_deadline_seconds)
@@ -119,7 +119,7 @@ def failures(job: api.AgentsJob, slots: Iterable[PodView | None], restarts: int)
     counted: list[PodView] = []
     backoff_limit = job.spec.run_policy.backoff_limit
     for pod in slots:
-        if pod is None or pod.state != status.POD_FAILED:
+        if pod is None or pod.state != podview.POD_FAILED:
             continue
         if pod.counted is not None:
             replaced.append(pod)

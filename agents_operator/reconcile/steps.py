@@ -6,7 +6,7 @@ same inputs always give the same plan, so a restarted operator (or one that runs
 a stale cache) makes the same decisions again:
 
 - children have deterministic names, so a create that already happened is a 409, not a duplicate;
-- a failure is counted once: the count goes onto the failed pod (`status.ANNOTATION_COUNTED`) before the
+- a failure is counted once: the count goes onto the failed pod (`podview.ANNOTATION_COUNTED`) before the
   status and before the pod is deleted, and `restarts` is never lower than the highest marker seen;
 - a pod with a deletionTimestamp neither fails nor succeeds (someone, maybe us, is deleting it): its slot
   is refilled once it is gone, and only failures count as restarts;
@@ -37,13 +37,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from agents_operator import api, naming, podsecurity, render, status
+from agents_operator import api, jobstatus, naming, podsecurity, podview, render
 from agents_operator.api import AgentsJobStatus
+from agents_operator.podview import POD_ACTIVE, ChildView, PodView
 from agents_operator.reconcile import actions as act
 from agents_operator.reconcile import rules
 from agents_operator.reconcile.conditions import Conditions
 from agents_operator.reconcile.observe import Desired, DesiredCache, Observed, Slot, observe, replica_statuses
-from agents_operator.status import POD_ACTIVE, ChildView, PodView
 
 RUNNING_TYPES = (naming.PS, naming.WORKER, naming.ENV_SERVER)
 """The pods a job needs running to train (the evaluator is optional to progress)."""
@@ -78,9 +78,9 @@ class _Builder:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def finish(self, old: Mapping[str, Any], outcome: rules.Outcome | None = None) -> act.Plan:
-        self.status.state = status.state_of(self.status)
-        new = status.dump_status(self.status)
-        patch = status.status_patch(old, new)
+        self.status.state = jobstatus.state_of(self.status)
+        new = jobstatus.dump_status(self.status)
+        patch = jobstatus.status_patch(old, new)
         actions: list[act.Action] = [*self.marks]
         if patch:
             actions.append(act.WriteStatus(patch))
@@ -133,7 +133,7 @@ def plan(
     options = options or render.RenderOptions()
     meta = job.get("metadata") or {}
     old = dict(job.get("status") or {})
-    prev = status.parse_status(old)
+    prev = jobstatus.parse_status(old)
     b = _Builder(prev.model_copy(deep=True), now)
     try:
         spec = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in job})
@@ -152,23 +152,23 @@ def plan(
     b.status.observed_generation = meta.get("generation")
     b.status.tensorboard_url = render.tensorboard_url(spec)
     j = _Job(name, spec, prev, old, desired, options, seen)
-    return _finished(b, j) if status.finished(prev) else _decide(b, j)
+    return _finished(b, j) if jobstatus.finished(prev) else _decide(b, j)
 
 
 def _refuse(b: _Builder, prev: AgentsJobStatus, old: dict, meta: Mapping, reason: str, message: str) -> act.Plan:
     """1. A job that cannot run fails at once, and nothing of it is created."""
     b.status.observed_generation = meta.get("generation")  # judged: its spec changes are what wake the operator
-    if not status.finished(prev):
+    if not jobstatus.finished(prev):
         b.conditions.refuse(reason, message)
-        b.status.completion_time = status.timestamp(b.now)
+        b.status.completion_time = jobstatus.timestamp(b.now)
     return b.finish(old)
 
 
 def _finished(b: _Builder, j: _Job) -> act.Plan:
     """2. A finished job only cleans up and waits for its TTL."""
-    failed = status.get_condition(j.prev, api.FAILED)
+    failed = jobstatus.get_condition(j.prev, api.FAILED)
     deadline = failed is not None and failed.status == "True" and failed.reason == rules.DEADLINE_EXCEEDED
-    why = "succeeded" if status.is_true(j.prev, api.SUCCEEDED) else "failed"
+    why = "succeeded" if jobstatus.is_true(j.prev, api.SUCCEEDED) else "failed"
     _cleanup(b, j, stop_running=deadline, why=why)
     b.status.replica_statuses = replica_statuses(j.spec, j.slots, j.prev)
     _ttl(b, j.run.ttl_seconds_after_finished)
@@ -181,7 +181,7 @@ def _decide(b: _Builder, j: _Job) -> act.Plan:
     outcome = rules.success(j.spec, j.slots)
     if outcome is None:
         # A resumed job's clock restarts (as for a batch Job): the time spent suspended does not count.
-        start = None if status.is_true(j.prev, api.SUSPENDED) else b.status.start_time
+        start = None if jobstatus.is_true(j.prev, api.SUSPENDED) else b.status.start_time
         outcome, remaining = rules.deadline(j.run, start, b.now)
         if remaining is not None:
             b.requeue(remaining)
@@ -203,7 +203,7 @@ def _decide(b: _Builder, j: _Job) -> act.Plan:
 def _end(b: _Builder, j: _Job, outcome: rules.Outcome) -> act.Plan:
     """The job succeeded or failed: its conditions say so, cleanup runs, the TTL starts."""
     b.conditions.end(outcome)
-    b.status.completion_time = status.timestamp(b.now)
+    b.status.completion_time = jobstatus.timestamp(b.now)
     if outcome.succeeded:
         b.status.export = render.export_status(j.spec)
     deadline = outcome.reason == rules.DEADLINE_EXCEEDED
@@ -221,7 +221,7 @@ def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> act.Plan:
         j.slots[pod.slot] = replace(pod, terminating=True)
     if j.run.suspend:
         return _suspend(b, j)
-    if status.is_true(j.prev, api.SUSPENDED):
+    if jobstatus.is_true(j.prev, api.SUSPENDED):
         b.conditions.resumed()
         b.status.start_time = None  # the deadline counts from the resume, as for a batch Job
     created = _create_missing(b, j)
@@ -230,7 +230,7 @@ def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> act.Plan:
     elif not b.creates:
         b.conditions.children_created()
     if b.status.start_time is None and (created or any(not p.terminating for p in j.slots.values())):
-        b.status.start_time = status.timestamp(b.now)
+        b.status.start_time = jobstatus.timestamp(b.now)
         if j.run.active_deadline_seconds:
             b.requeue(j.run.active_deadline_seconds)
     _running(b, j, restarting=bool(failures.counted), created=created)
@@ -266,16 +266,16 @@ def _running(b: _Builder, j: _Job, *, restarting: bool, created: list[Slot]) -> 
     server) runs or has finished; Restarting from a replaced failure until then."""
     members = [j.slots.get(s) for s in j.desired.slots if s[0] in RUNNING_TYPES]
     running = all(
-        p is not None and not p.terminating and p.phase in (status.PHASE_RUNNING, status.PHASE_SUCCEEDED)
+        p is not None and not p.terminating and p.phase in (podview.PHASE_RUNNING, podview.PHASE_SUCCEEDED)
         for p in members
     )
     remote = any(s[0] == naming.ENV_SERVER for s in j.desired.slots)
     what = "ps, worker and env server" if remote else "ps and worker"
-    b.conditions.in_progress(running, restarting or status.is_true(j.prev, api.RESTARTING), what)
+    b.conditions.in_progress(running, restarting or jobstatus.is_true(j.prev, api.RESTARTING), what)
     # Pods created by this plan count as active (Pending) now, so that their creation needs no second status
     # write when their watch events come in.
     live = {s: p for s, p in j.slots.items() if not p.terminating}
-    pending = {slot: PodView(naming.child_name(j.name, *slot), *slot, phase=status.PHASE_PENDING) for slot in created}
+    pending = {slot: PodView(naming.child_name(j.name, *slot), *slot, phase=podview.PHASE_PENDING) for slot in created}
     b.status.replica_statuses = replica_statuses(j.spec, {**live, **pending})
 
 
@@ -301,7 +301,7 @@ def _cleanup(b: _Builder, j: _Job, *, stop_running: bool, why: str) -> None:
 def _ttl(b: _Builder, ttl: int | None) -> None:
     if ttl is None:
         return
-    ended = status.parse_time(b.status.completion_time) or b.now
+    ended = jobstatus.parse_time(b.status.completion_time) or b.now
     remaining = (ended + timedelta(seconds=ttl) - b.now).total_seconds()
     if remaining <= 0:
         b.job_delete = act.DeleteJob(f"finished {ttl} s ago (ttlSecondsAfterFinished)")
@@ -315,6 +315,6 @@ def refused(job_status: Mapping[str, Any], refusals: list[act.Refusal], now: dat
     True or its message changes (not on every retry). The next plan that finds every child in place sets
     the condition False."""
     old = dict(job_status)
-    b = _Builder(status.parse_status(old), now)
+    b = _Builder(jobstatus.parse_status(old), now)
     b.conditions.refused(refusals)
     return b.finish(old)

@@ -6,7 +6,7 @@ pods as processes on local ports and tells each worker its own through AGENTS_EN
 
 import threading
 
-from agents_operator import local, status
+from agents_operator import contract, local
 from agents_operator.api import parse_job
 from agents_operator.trainer import summaries
 
@@ -48,7 +48,7 @@ def test_a_sidecar_killed_mid_run_is_restarted_and_its_worker_carries_on(tmp_pat
     thread = threading.Thread(target=lambda: outcome.setdefault("value", launcher.run()))
     thread.start()
     try:
-        wait_until(lambda: (launcher.tracker.last or {}).get(status.METRIC_ENV_STEPS, 0) >= 4_000, 300, "progress")
+        wait_until(lambda: (launcher.tracker.last or {}).get(contract.METRIC_ENV_STEPS, 0) >= 4_000, 300, "progress")
         sidecar.process.kill()
     finally:
         thread.join(timeout=600)
@@ -56,7 +56,7 @@ def test_a_sidecar_killed_mid_run_is_restarted_and_its_worker_carries_on(tmp_pat
     assert launcher.restarts == 0 and sidecar.attempts == 2
     worker = log(tmp_path, "worker-1", "side")
     assert "reconnecting" in worker and "episodes in flight there were discarded" in worker
-    assert launcher.tracker.last[status.METRIC_ENV_STEPS] >= 24_000
+    assert launcher.tracker.last[contract.METRIC_ENV_STEPS] >= 24_000
     assert (tmp_path / "logs" / "side-worker-1.env-server.log").read_text().count("serving 4 x Pendulum-v1") == 2
 
 

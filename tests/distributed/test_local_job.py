@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents_operator import local, status
+from agents_operator import contract, local
 from agents_operator.api import parse_job
 from agents_operator.trainer import checkpoints, summaries
 
@@ -88,7 +88,7 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
     # the restarted worker rejoined: it waited for the live variables and trained on
     assert log(tmp_path, "worker-1", "faults").count("start, attempt") == 2
     # Sync workers stop at the same update; a restore may roll the step counter back by a batch or so.
-    assert launcher.tracker.last[status.METRIC_ENV_STEPS] >= 199_000
+    assert launcher.tracker.last[contract.METRIC_ENV_STEPS] >= 199_000
 
 
 def test_two_synchronous_workers_learn_pendulum(tmp_path):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agents_operator import exported, local, localreport, presets, status
+from agents_operator import contract, exported, local, localreport, presets
 from agents_operator.reconcile import rules
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
@@ -67,27 +67,31 @@ def tracker(**metrics):
 
 def test_the_evaluation_return_heads_the_summary_and_says_what_it_is():
     summary = tracker(
-        **{status.METRIC_ENV_STEPS: 16384.0, status.METRIC_MEAN_RETURN: -1307.1, status.METRIC_EVAL_RETURN: -969.3}
+        **{
+            contract.METRIC_ENV_STEPS: 16384.0,
+            contract.METRIC_MEAN_RETURN: -1307.1,
+            contract.METRIC_EVAL_RETURN: -969.3,
+        }
     ).summary()
     assert summary.index("eval return -969.3 (deterministic policy") < summary.index("training return -1307.1")
     assert summary.startswith("16,384 env steps")
-    assert "mean return" not in tracker(**{status.METRIC_MEAN_RETURN: -5.0}).summary()
+    assert "mean return" not in tracker(**{contract.METRIC_MEAN_RETURN: -5.0}).summary()
 
 
 def test_the_chiefs_final_record_replaces_lagging_metrics_only_when_this_run_wrote_it(tmp_path):
-    t = tracker(**{status.METRIC_ENV_STEPS: 14336.0, status.METRIC_EVAL_RETURN: -900.0})
+    t = tracker(**{contract.METRIC_ENV_STEPS: 14336.0, contract.METRIC_EVAL_RETURN: -900.0})
     since = time.time()
     rundir.write_summary(tmp_path, {"env_steps": 16384, "global_step": 8, "iterations": 16})
     t.display = Progress(16384, Terminal())
     t.display.update(14336, None, 1.0)
     t.finish(tmp_path, since)
-    assert t.last[status.METRIC_ENV_STEPS] == 16384 and t.last[status.METRIC_GLOBAL_STEP] == 8
+    assert t.last[contract.METRIC_ENV_STEPS] == 16384 and t.last[contract.METRIC_GLOBAL_STEP] == 8
     assert t.display.stream.getvalue().endswith("100% 16.4k/16.4k steps  return -\n")  # the bar shows it, ended
-    assert t.last[status.METRIC_EVAL_RETURN] == -900.0
-    old = tracker(**{status.METRIC_ENV_STEPS: 0.0})
+    assert t.last[contract.METRIC_EVAL_RETURN] == -900.0
+    old = tracker(**{contract.METRIC_ENV_STEPS: 0.0})
     os.utime(tmp_path / rundir.SUMMARY_FILE, (since - 60, since - 60))
     old.finish(tmp_path, since)
-    assert old.last[status.METRIC_ENV_STEPS] == 0.0
+    assert old.last[contract.METRIC_ENV_STEPS] == 0.0
 
 
 def test_a_failure_shows_the_replicas_error_line_and_no_guess_about_progress(tmp_path):
@@ -141,11 +145,11 @@ def test_progress_starts_from_the_first_known_count_not_from_an_unknown_one(monk
     now = [10.0]
     monkeypatch.setattr(localreport.time, "monotonic", lambda: now[0])
     t = localreport.Tracker(16384, io.StringIO())
-    t.update({status.METRIC_MEAN_RETURN: -5.0})  # served before the counters are known: no baseline
+    t.update({contract.METRIC_MEAN_RETURN: -5.0})  # served before the counters are known: no baseline
     assert t.last == {}
-    t.update({status.METRIC_ENV_STEPS: 8192.0})
+    t.update({contract.METRIC_ENV_STEPS: 8192.0})
     now[0] = 12.0
-    t.update({status.METRIC_ENV_STEPS: 10240.0})
+    t.update({contract.METRIC_ENV_STEPS: 10240.0})
     assert t.rate == 1024.0
 
 

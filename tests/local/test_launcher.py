@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from agents_operator import local, status, tfconfig
+from agents_operator import contract, local, tfconfig
 from agents_operator.api import parse_job
 
 PY = sys.executable
@@ -179,7 +179,7 @@ def test_progress_comes_from_the_chiefs_metrics(tmp_path):
         r.env["PORT"] = str(launcher.metrics_port)
     outcome = launcher.run()
     assert outcome.succeeded
-    assert launcher.tracker.last[status.METRIC_MEAN_RETURN] == -180.5
+    assert launcher.tracker.last[contract.METRIC_MEAN_RETURN] == -180.5
     assert "training return -180.5" in launcher.tracker.summary()
     # ... and in the status file, as the operator writes status.progress
     written = yaml.safe_load((tmp_path / "logs" / local.STATUS_FILE).read_text())

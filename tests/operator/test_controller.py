@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import pytest
 
+from agents_operator import chiefmetrics, jobstatus, operator_main, podview, reconcile
 from agents_operator import controller as ctl
-from agents_operator import operator_main, reconcile, status
 from agents_operator.controller import Controller
 from agents_operator.kube import ApiError, Outcome
 
@@ -82,8 +82,8 @@ def set_indexes(controller: Controller, world: World, pods: list[dict] | None = 
     pods = list(world.pods.values()) if pods is None else pods
     controller.indexes = {
         "agents_jobs": {KEY: [copy.deepcopy(world.job)]},
-        "agents_pods": {KEY: [status.view_pod(p) for p in pods]},
-        "agents_services": {KEY: [status.view_child(s) for s in world.services.values()]},
+        "agents_pods": {KEY: [podview.view_pod(p) for p in pods]},
+        "agents_services": {KEY: [podview.view_child(s) for s in world.services.values()]},
         "agents_deployments": {},
     }
 
@@ -128,11 +128,11 @@ async def test_a_pod_that_waits_with_nothing_said_is_explained_by_its_events():
     read once per EVENTS_TTL s and only for pods that wait past START_PATIENCE."""
     world = World(make_job())
     world.settle()
-    young = status.timestamp(NOW - timedelta(seconds=status.START_PATIENCE - 1))
+    young = jobstatus.timestamp(NOW - timedelta(seconds=podview.START_PATIENCE - 1))
     for pod in world.pods.values():
         pod["metadata"]["creationTimestamp"] = young
     old = world.pods["pj-worker-1"]["metadata"]
-    old["creationTimestamp"] = status.timestamp(NOW - timedelta(seconds=30))
+    old["creationTimestamp"] = jobstatus.timestamp(NOW - timedelta(seconds=30))
     missing = 'MountVolume.SetUp failed for volume "config" : configmap "settings" not found'
     controller, fake = controller_for(world)
     fake.events["pj-worker-1"] = [
@@ -141,7 +141,7 @@ async def test_a_pod_that_waits_with_nothing_said_is_explained_by_its_events():
             "type": "Warning",
             "reason": "FailedMount",
             "message": missing,
-            "lastTimestamp": status.timestamp(NOW - timedelta(seconds=5)),
+            "lastTimestamp": jobstatus.timestamp(NOW - timedelta(seconds=5)),
         }
     ]
     plan = await controller.reconcile(KEY)
@@ -315,13 +315,13 @@ async def test_metrics_under_the_cap_are_parsed_off_the_event_loop(serve_metrics
     controller, fake = controller_for(running_world())
     controller.metrics_url = lambda job, ns, port: server.url
     on_loop = []
-    parse = status.progress_from_metrics
+    parse = chiefmetrics.progress_from_metrics
 
     def recording(text, now):
         on_loop.append(asyncio._get_running_loop() is not None)
         return parse(text, now)
 
-    monkeypatch.setattr(status, "progress_from_metrics", recording)
+    monkeypatch.setattr(chiefmetrics, "progress_from_metrics", recording)
     progress, _ = await read_progress_watching_the_loop(controller)
     assert progress["globalStep"] == 42 and fake.patches == [{"progress": progress}]
     assert on_loop == [False]

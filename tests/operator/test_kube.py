@@ -8,7 +8,7 @@ import attrs
 import kmock
 import pytest
 
-from agents_operator import kube, naming, reconcile, status
+from agents_operator import kube, naming, podview, reconcile
 
 from .world import NOW, make_job
 
@@ -106,7 +106,7 @@ async def test_marker_goes_onto_the_pod_before_the_status(client, kmock):
     patches = [str(r.url) for r in list(kmock) if r.method == "PATCH"]
     assert patches[0].endswith("/pods/pj-worker-1") and patches[1].endswith("/status")
     annotations = kmock.objects["v1/pods", "ns", "pj-worker-1"]["metadata"]["annotations"]
-    assert annotations == {status.ANNOTATION_COUNTED: "1"}
+    assert annotations == {podview.ANNOTATION_COUNTED: "1"}
 
 
 async def test_api_errors_carry_the_servers_message(client, kmock):

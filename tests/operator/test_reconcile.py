@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from agents_operator import reconcile, render, status
+from agents_operator import jobstatus, podview, reconcile, render
 from agents_operator.reconcile import Create, Delete, DeleteJob, MarkCounted, WriteStatus
 
 from .world import NOW, UID, World, expected_children, make_job, make_pod
@@ -38,7 +38,7 @@ def test_new_job_creates_every_child_services_first(kwargs, count):
         i for i, k in enumerate(kinds) if k == "Service" and "tensorboard" not in creates[i].name
     )
     assert plan.status["state"] == "Created"
-    assert plan.status["startTime"] == status.timestamp(NOW)
+    assert plan.status["startTime"] == jobstatus.timestamp(NOW)
     assert plan.status["restarts"] == 0
     assert [e.reason for e in plan.events] == ["JobCreated"]
     if kwargs.get("tensorboard"):
@@ -196,7 +196,7 @@ def test_failed_worker_per_restart_policy(policy, exit_code, reason, outcome):
         assert world.status["state"] == "Failed"
         assert world.condition("Failed")["reason"] == outcome
         assert world.status["restarts"] == 0
-        assert world.status["completionTime"] == status.timestamp(world.now)
+        assert world.status["completionTime"] == jobstatus.timestamp(world.now)
         # cleanPodPolicy Running: the ps and the running worker are deleted, the failed pod stays for its logs
         assert kinds_names(plan.actions, Delete) >= {("Pod", world.pod("ps", 0)), ("Pod", world.pod("worker", 0))}
         assert failed in world.pods
@@ -286,14 +286,14 @@ def test_counting_is_idempotent_when_the_same_plan_runs_twice_from_stale_inputs(
     # The watch has delivered the new status but not yet the pod's deletion, nor the marker on it.
     again = reconcile.plan(world.job, [stale_pods[failed]], now=world.now)
     assert again.status["restarts"] == 2  # this is what kube.Cache.overlay prevents:
-    views = status.overlay([status.view_pod(stale_pods[failed])], deleting=[failed], counted={failed: 1})
+    views = podview.overlay([podview.view_pod(stale_pods[failed])], deleting=[failed], counted={failed: 1})
     again = reconcile.plan(world.job, views, now=world.now)
     assert again.status["restarts"] == 1
     assert again.of(MarkCounted) == []
     # The status write was lost but the marker landed: the marker wins.
     assert reconcile.plan(stale_job, [], now=world.now).status["restarts"] == 0
     marked = copy.deepcopy(stale_pods[failed])
-    marked["metadata"]["annotations"] = {status.ANNOTATION_COUNTED: "1"}
+    marked["metadata"]["annotations"] = {podview.ANNOTATION_COUNTED: "1"}
     again = reconcile.plan(stale_job, [marked], now=world.now)
     assert again.status["restarts"] == 1
     assert again.of(MarkCounted) == []
@@ -470,7 +470,7 @@ def test_suspend_deletes_pods_keeps_status_and_resume_recreates_them():
     plan = world.step()
     assert kinds_names(plan.actions) == {("Pod", n) for n in ("pj-ps-0", "pj-worker-0", "pj-worker-1")}
     assert world.condition("Suspended")["status"] == "False"
-    assert world.status["startTime"] == status.timestamp(world.now)  # the deadline restarts
+    assert world.status["startTime"] == jobstatus.timestamp(world.now)  # the deadline restarts
     assert world.status["restarts"] == 1
     assert [e.reason for e in world.events][-2:] == ["JobSuspended", "JobResumed"]
 

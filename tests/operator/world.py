@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agents_operator import naming, reconcile, render, status
+from agents_operator import jobstatus, naming, podview, reconcile, render
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 UID = "00000000-0000-4000-8000-0000000000aa"
@@ -88,7 +88,7 @@ def make_pod(
     if deleting:
         meta["deletionTimestamp"] = "2030-01-01T11:59:00Z"
     if counted is not None:
-        meta["annotations"] = {status.ANNOTATION_COUNTED: str(counted)}
+        meta["annotations"] = {podview.ANNOTATION_COUNTED: str(counted)}
     pod_status: dict[str, Any] = {"phase": phase}
     if exit_code is not None:
         pod_status["containerStatuses"] = [
@@ -165,12 +165,12 @@ class World:
                 target = store[kind]
                 if name in target:
                     if self.graceful and kind == "Pod" and grace != 0:
-                        target[name]["metadata"]["deletionTimestamp"] = status.timestamp(self.now)
+                        target[name]["metadata"]["deletionTimestamp"] = jobstatus.timestamp(self.now)
                     else:
                         del target[name]
             case reconcile.MarkCounted(pod=pod, restarts=n):
                 annotations = self.pods[pod]["metadata"].setdefault("annotations", {})
-                annotations[status.ANNOTATION_COUNTED] = str(n)
+                annotations[podview.ANNOTATION_COUNTED] = str(n)
             case reconcile.WriteStatus(patch=patch):
                 merged = dict(self.job.get("status") or {})
                 for key, value in patch.items():

@@ -1,4 +1,4 @@
-"""Pod views, conditions and the chief's metrics, as pure functions."""
+"""Pod views (podview.py): what a pod's status, and its Events, say to reconcile."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from agents_operator import status
-from agents_operator.api import AgentsJobStatus
+from agents_operator import podview
 
 from .world import NOW, make_pod
 
@@ -15,16 +14,16 @@ from .world import NOW, make_pod
 @pytest.mark.parametrize(
     ("pod", "state", "exit_code"),
     [
-        (make_pod("j", "worker", 0, "Pending"), status.POD_ACTIVE, None),
-        (make_pod("j", "worker", 0, "Unknown"), status.POD_ACTIVE, None),
-        (make_pod("j", "worker", 0, "Succeeded", exit_code=0), status.POD_SUCCEEDED, None),
-        (make_pod("j", "worker", 0, "Failed", exit_code=3), status.POD_FAILED, 3),
-        (make_pod("j", "worker", 0, "Failed", reason="Evicted"), status.POD_FAILED, None),
-        (make_pod("j", "worker", 0, "Failed", exit_code=137, deleting=True), status.POD_TERMINATING, 137),
+        (make_pod("j", "worker", 0, "Pending"), podview.POD_ACTIVE, None),
+        (make_pod("j", "worker", 0, "Unknown"), podview.POD_ACTIVE, None),
+        (make_pod("j", "worker", 0, "Succeeded", exit_code=0), podview.POD_SUCCEEDED, None),
+        (make_pod("j", "worker", 0, "Failed", exit_code=3), podview.POD_FAILED, 3),
+        (make_pod("j", "worker", 0, "Failed", reason="Evicted"), podview.POD_FAILED, None),
+        (make_pod("j", "worker", 0, "Failed", exit_code=137, deleting=True), podview.POD_TERMINATING, 137),
     ],
 )
 def test_view_pod_state(pod, state, exit_code):
-    view = status.view_pod(pod)
+    view = podview.view_pod(pod)
     assert view.state == state
     assert view.exit_code == exit_code
 
@@ -35,9 +34,9 @@ def test_view_pod_prefers_the_trainer_container_and_failed_sidecars():
         {"name": "sidecar", "state": {"terminated": {"exitCode": 2}}},
         {"name": "agents", "state": {"terminated": {"exitCode": 139, "reason": "Error"}}},
     ]
-    assert status.view_pod(pod).exit_code == 139
+    assert podview.view_pod(pod).exit_code == 139
     pod["status"]["containerStatuses"][1]["state"]["terminated"]["exitCode"] = 0
-    assert status.view_pod(pod).exit_code == 2
+    assert podview.view_pod(pod).exit_code == 2
 
 
 @pytest.mark.parametrize(
@@ -45,75 +44,18 @@ def test_view_pod_prefers_the_trainer_container_and_failed_sidecars():
     [{}, {"agents.dev/job-name": "j"}, {"agents.dev/job-name": "j", "agents.dev/replica-type": "chief"}],
 )
 def test_view_pod_ignores_pods_that_are_not_replicas(labels):
-    assert status.view_pod({"metadata": {"name": "j-worker-0", "labels": labels}}) is None
+    assert podview.view_pod({"metadata": {"name": "j-worker-0", "labels": labels}}) is None
 
 
 def test_view_pod_filters_by_job():
-    assert status.view_pod(make_pod("j", "worker", 0), job="other") is None
+    assert podview.view_pod(make_pod("j", "worker", 0), job="other") is None
 
 
 def test_overlay_applies_our_own_recent_writes():
-    failed = status.view_pod(make_pod("j", "worker", 1, "Failed", exit_code=1))
-    running = status.view_pod(make_pod("j", "worker", 0))
-    out = status.overlay([failed, running], deleting={"j-worker-0"}, counted={"j-worker-1": 4})
+    failed = podview.view_pod(make_pod("j", "worker", 1, "Failed", exit_code=1))
+    running = podview.view_pod(make_pod("j", "worker", 0))
+    out = podview.overlay([failed, running], deleting={"j-worker-0"}, counted={"j-worker-1": 4})
     assert out[0].counted == 4 and out[1].terminating
-
-
-def test_conditions_keep_their_transition_time_until_they_flip():
-    st = AgentsJobStatus()
-    assert not status.set_condition(st, "Running", False, "x", "y", NOW)  # False never appears first
-    assert st.conditions == []
-    assert status.set_condition(st, "Running", True, "JobRunning", "up", NOW)
-    later = NOW.replace(hour=13)
-    assert not status.set_condition(st, "Running", True, "JobRunning", "still up", later)
-    assert st.conditions[0].last_transition_time == "2030-01-01T12:00:00Z"
-    assert status.set_condition(st, "Created", True, "JobCreated", "", later)
-    assert [c.type for c in st.conditions] == ["Created", "Running"]
-    assert status.set_condition(st, "Failed", True, "X", "", later)
-    assert status.state_of(st) == "Failed"
-
-
-def test_status_patch_sets_and_removes_keys():
-    assert status.status_patch({"a": 1, "b": 2}, {"a": 1, "c": 3}) == {"c": 3, "b": None}
-
-
-METRICS = """\
-# HELP agents_trainer_global_step Optimizer steps applied to the shared parameters.
-# TYPE agents_trainer_global_step gauge
-agents_trainer_global_step 1234.0
-agents_trainer_env_steps{worker="0"} 5.0e+06
-agents_trainer_mean_return -153.25
-agents_trainer_env_steps_per_second NaN
-python_gc_objects_collected_total{generation="0"} 1.0
-"""
-
-
-def test_progress_from_metrics():
-    assert status.progress_from_metrics(METRICS, NOW) == {
-        "globalStep": 1234,
-        "envSteps": 5_000_000,
-        "meanReturn": -153.25,
-        "updatedAt": "2030-01-01T12:00:00Z",
-    }
-    assert status.progress_from_metrics("garbage here\n{}", NOW) is None
-
-
-def test_metric_names_match_the_trainer():
-    """The operator reads what the trainer serves: the names are defined twice, and must agree."""
-    from prometheus_client import generate_latest
-
-    from agents_operator.trainer.metrics import Metrics
-
-    metrics = Metrics(port=0)
-    try:
-        served = status.parse_metrics(generate_latest(metrics.registry).decode())
-    finally:
-        metrics.close()
-    assert set(status.PROGRESS_METRICS) <= set(served)
-
-
-def test_metrics_url():
-    assert status.metrics_url("j", "ns", 9090) == "http://j-worker-0.ns.svc:9090/metrics"
 
 
 # What the real node's kubelet and scheduler reported for pods that could not start (tests/node).
@@ -159,14 +101,14 @@ def _waiting(reason: str, message: str, init: bool = False) -> dict:
 def test_view_pod_says_why_a_pod_cannot_start(extra, waiting, message, state):
     pod = make_pod("j", "worker", 0, "Pending")
     pod["status"].update(extra)
-    view = status.view_pod(pod)
+    view = podview.view_pod(pod)
     assert (view.waiting, view.waiting_message, view.state) == (waiting, message, state)
 
 
 def test_a_finished_pod_is_not_waiting():
     pod = make_pod("j", "worker", 0, "Failed", exit_code=1)
     pod["status"].update(_waiting("CrashLoopBackOff", "back-off"))
-    assert status.view_pod(pod).waiting is None
+    assert podview.view_pod(pod).waiting is None
 
 
 def test_a_failed_container_says_its_last_line():
@@ -174,9 +116,9 @@ def test_a_failed_container_says_its_last_line():
     pod = make_pod("j", "worker", 0, "Failed", exit_code=2)
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     terminated["message"] = "Traceback (most recent call last):\n  ...\nerror: env_id 'X': no such environment\n\n"
-    assert status.view_pod(pod).message == "error: env_id 'X': no such environment"
+    assert podview.view_pod(pod).message == "error: env_id 'X': no such environment"
     terminated["message"] = "x" * 5000
-    assert len(status.view_pod(pod).message) == status.MESSAGE_CHARS
+    assert len(podview.view_pod(pod).message) == podview.MESSAGE_CHARS
 
 
 # Events as the real node posted them for a pod whose ConfigMap volume does not exist (tests/node): the
@@ -197,10 +139,10 @@ def _event(kind: str, reason: str, message: str, at: str, *, uid: str = POD_UID,
     }
 
 
-def _pending(created: str = "2030-01-01T11:59:30Z") -> status.PodView:
+def _pending(created: str = "2030-01-01T11:59:30Z") -> podview.PodView:
     pod = make_pod("j", "worker", 0, "Pending")
     pod["metadata"].update(uid=POD_UID, creationTimestamp=created)
-    return status.view_pod(pod)
+    return podview.view_pod(pod)
 
 
 NODE_EVENTS = [
@@ -213,15 +155,15 @@ NODE_EVENTS = [
 
 
 def test_a_pod_waits_unexplained_only_while_pending_with_nothing_said_for_a_while():
-    assert status.unexplained(_pending(), NOW)  # 30 s
-    assert not status.unexplained(_pending("2030-01-01T11:59:55Z"), NOW)  # 5 s: it may just be starting
-    assert not status.unexplained(replace(_pending(), waiting="ImagePullBackOff"), NOW)
-    assert not status.unexplained(replace(_pending(), phase="Running"), NOW)
-    assert not status.unexplained(replace(_pending(), terminating=True), NOW)
+    assert podview.unexplained(_pending(), NOW)  # 30 s
+    assert not podview.unexplained(_pending("2030-01-01T11:59:55Z"), NOW)  # 5 s: it may just be starting
+    assert not podview.unexplained(replace(_pending(), waiting="ImagePullBackOff"), NOW)
+    assert not podview.unexplained(replace(_pending(), phase="Running"), NOW)
+    assert not podview.unexplained(replace(_pending(), terminating=True), NOW)
 
 
 def test_a_warning_event_explains_a_pod_that_waits():
-    view = status.explained(_pending(), NODE_EVENTS, NOW)
+    view = podview.explained(_pending(), NODE_EVENTS, NOW)
     assert (view.waiting, view.waiting_message, view.state) == ("FailedMount", MISSING, "active")
 
 
@@ -239,13 +181,13 @@ def test_a_warning_event_explains_a_pod_that_waits():
     ],
 )
 def test_events_that_do_not_explain_a_wait(events):
-    assert status.explained(_pending(), events, NOW) == _pending()
+    assert podview.explained(_pending(), events, NOW) == _pending()
 
 
 def test_the_latest_time_of_an_event_is_its_series_or_its_event_time():
     series = _event("Warning", "FailedCreatePodSandBox", "failed to set up the network", "2030-01-01T11:50:00Z")
     series["series"] = {"lastObservedTime": "2030-01-01T11:59:50.123456Z", "count": 4}
-    assert status.explained(_pending(), [series], NOW).waiting == "FailedCreatePodSandBox"
+    assert podview.explained(_pending(), [series], NOW).waiting == "FailedCreatePodSandBox"
     micro = {**_event("Warning", "FailedMount", MISSING, ""), "lastTimestamp": None}
     micro["eventTime"] = "2030-01-01T11:59:58.000001Z"
-    assert status.explained(_pending(), [micro], NOW).waiting_message == MISSING
+    assert podview.explained(_pending(), [micro], NOW).waiting_message == MISSING

@@ -1,19 +1,17 @@
-"""What the operator observes, as plain values: pod views, conditions, the chief's metrics. Pure module.
-
-`reconcile.plan` reads the cluster only through these views, so every decision it makes is a function of
-(spec, views, previous status, now) and can be tested with plain dicts.
+"""What the operator observes of the job's pods and other children, as plain values: `reconcile.plan` reads
+the cluster only through these views, so every decision it makes is a function of (spec, views, previous
+status, now) and can be tested with plain dicts. Pure module.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from agents_operator import api, naming
-from agents_operator.api import AgentsJobStatus, Condition
+from agents_operator import naming
+from agents_operator.jobstatus import parse_time
 
 ANNOTATION_COUNTED = f"{naming.GROUP}/restart-counted"
 """Set on a failed pod once its failure is counted in status.restarts (the value is the count after it).
@@ -21,8 +19,6 @@ ANNOTATION_COUNTED = f"{naming.GROUP}/restart-counted"
 The marker lives on the pod so that counting is idempotent: an operator restarted between counting a failure
 and deleting the pod (or reading a stale cache) sees the marker and does not count the same failure twice.
 """
-
-# --- pods ------------------------------------------------------------------------------------------------
 
 POD_ACTIVE, POD_SUCCEEDED, POD_FAILED, POD_TERMINATING = "active", "succeeded", "failed", "terminating"
 """What a pod means to the lifecycle (`PodView.state`)."""
@@ -280,153 +276,3 @@ def overlay(
             pod = replace(pod, terminating=True)
         out.append(pod)
     return out
-
-
-# --- conditions ------------------------------------------------------------------------------------------
-
-PRECEDENCE = (api.FAILED, api.SUCCEEDED, api.SUSPENDED, api.RESTARTING, api.RUNNING, api.REPLICA_FAILURE, api.CREATED)
-"""When several conditions are True, state is the first of these (terminal ones win; a job whose pods the
-API server refuses shows ReplicaFailure until they run, rather than a Created that will not progress)."""
-
-ORDER = (api.CREATED, api.REPLICA_FAILURE, api.RUNNING, api.RESTARTING, api.SUSPENDED, api.SUCCEEDED, api.FAILED)
-"""The order of status.conditions, and of the states the operator counts."""
-
-
-def timestamp(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def get_condition(status: AgentsJobStatus, type_: str) -> Condition | None:
-    return next((c for c in status.conditions if c.type == type_), None)
-
-
-def is_true(status: AgentsJobStatus, type_: str) -> bool:
-    cond = get_condition(status, type_)
-    return cond is not None and cond.status == "True"
-
-
-def set_condition(status: AgentsJobStatus, type_: str, value: bool, reason: str, message: str, now: datetime) -> bool:
-    """Set one condition in place; True when its status flipped. A False condition is only recorded when the
-    condition exists already (conditions appear once they first become True)."""
-    wanted = "True" if value else "False"
-    cond = get_condition(status, type_)
-    if cond is None:
-        if not value:
-            return False
-        status.conditions.append(
-            Condition(type=type_, status=wanted, reason=reason, message=message, last_transition_time=timestamp(now))
-        )
-        status.conditions.sort(key=lambda c: ORDER.index(c.type))
-        return True
-    flipped = cond.status != wanted
-    cond.status = wanted
-    cond.reason, cond.message = reason, message
-    if flipped:
-        cond.last_transition_time = timestamp(now)
-    return flipped
-
-
-def state_of(status: AgentsJobStatus) -> str | None:
-    return next((t for t in PRECEDENCE if is_true(status, t)), None)
-
-
-def finished(status: AgentsJobStatus) -> bool:
-    return is_true(status, api.SUCCEEDED) or is_true(status, api.FAILED)
-
-
-def parse_status(raw: Any) -> AgentsJobStatus:
-    """The job's status as stored; anything we cannot read counts as empty (never crash on a bad object)."""
-    if not isinstance(raw, Mapping):
-        return AgentsJobStatus()
-    known = {k: v for k, v in raw.items() if k in _STATUS_KEYS}
-    try:
-        return AgentsJobStatus.model_validate(known)
-    except ValueError:
-        return AgentsJobStatus()
-
-
-_STATUS_KEYS = {f.alias or n for n, f in AgentsJobStatus.model_fields.items()} | set(AgentsJobStatus.model_fields)
-
-
-def dump_status(status: AgentsJobStatus) -> dict[str, Any]:
-    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A JSON merge patch of the top-level status keys that differ (None removes a key)."""
-    patch = {k: v for k, v in new.items() if old.get(k) != v}
-    patch.update({k: None for k in old if k not in new})
-    return patch
-
-
-# --- progress from the chief's /metrics --------------------------------------------------------------------
-
-# Metric names of the trainer (agents_operator/trainer/metrics.py); a test checks that they agree.
-METRIC_GLOBAL_STEP = "agents_trainer_global_step"
-METRIC_ENV_STEPS = "agents_trainer_env_steps"
-METRIC_MEAN_RETURN = "agents_trainer_mean_return"
-METRIC_STEPS_PER_SECOND = "agents_trainer_env_steps_per_second"
-METRIC_EVAL_RETURN = "agents_trainer_eval_mean_return"
-PROGRESS_METRICS = {
-    METRIC_GLOBAL_STEP: "globalStep",
-    METRIC_ENV_STEPS: "envSteps",
-    METRIC_MEAN_RETURN: "meanReturn",
-    METRIC_STEPS_PER_SECOND: "stepsPerSecond",
-}
-INTEGER_FIELDS = {"globalStep", "envSteps"}
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Samples of a Prometheus text exposition, by name (labels ignored, the last sample wins)."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        head = line.split(None, 1)[0]
-        if "{" in head:
-            name, _, rest = line.partition("{")
-            rest = rest.rpartition("}")[2]
-        else:
-            name, _, rest = line.partition(" ")
-        name, fields = name.strip(), rest.split()
-        if not name or not fields:
-            continue
-        try:
-            samples[name] = float(fields[0])
-        except ValueError:
-            continue
-    return samples
-
-
-def progress_from_metrics(text: str, now: datetime) -> dict[str, Any] | None:
-    """status.progress from the chief's metrics, or None when none of the trainer's metrics is there."""
-    return progress_from_samples(parse_metrics(text), now)
-
-
-def progress_from_samples(samples: Mapping[str, float], now: datetime) -> dict[str, Any] | None:
-    """status.progress from parsed samples (`parse_metrics`), or None when none of the trainer's is there."""
-    progress: dict[str, Any] = {}
-    for metric, field in PROGRESS_METRICS.items():
-        value = samples.get(metric)
-        if value is None or math.isnan(value) or math.isinf(value):
-            continue
-        progress[field] = int(value) if field in INTEGER_FIELDS else round(value, 4)
-    if not progress:
-        return None
-    progress["updatedAt"] = timestamp(now)
-    return progress
-
-
-def metrics_url(job: str, namespace: str, port: int) -> str:
-    """The chief's metrics endpoint through its headless Service."""
-    return f"http://{naming.child_name(job, naming.WORKER, 0)}.{namespace}.svc:{port}/metrics"
