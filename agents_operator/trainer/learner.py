@@ -7,10 +7,11 @@ and the normaliser statistics. `build_graph` takes a device setter (None locally
 variables on parameter servers and its ops on the worker. A checkpoint of those variables is the whole
 training state.
 
-Per iteration the session runs a pull of the shared weights into the local copy, the update (every epoch's
-minibatch Adam steps in one session run: a `tf.while_loop` over the batch, fed once, shuffled in the
-graph), a push of the change, and `finish_iteration` (counters, normaliser sums, KL penalty, and a read of
-every weight for the numpy actor). Acting never runs it.
+Per iteration (`iteration.iterate` calls `update`, then `finish_iteration`) the session runs a pull of the
+shared weights into the local copy, the update (every epoch's minibatch Adam steps in one session run:
+`ppo.epochs`, a `tf.while_loop` over the batch, fed once, shuffled in the graph), a push of the change
+(`replicas`), and `finish_iteration` (counters, normaliser sums, KL penalty, and a read of every weight for
+the numpy actor). Acting never runs it.
 The graph lives in its own `tf.Graph`, which is graph mode whether or not eager execution is enabled in
 the process, so tests and tools can build learners side by side.
 """
@@ -28,12 +29,12 @@ import tensorflow as tf
 
 from agents_operator import topology
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import distributed
+from agents_operator.trainer import distributed, replicas
 from agents_operator.trainer.checkpoints import CheckpointError
-from agents_operator.trainer.ppo import losses
+from agents_operator.trainer.ppo import epochs, losses
 from agents_operator.trainer.ppo.networks import Networks, mlp_tf
 from agents_operator.trainer.ppo.normalize import Moments
-from agents_operator.trainer.ppo.objective import METRICS, Objective, ppo_objective
+from agents_operator.trainer.ppo.objective import Objective, ppo_objective
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch
 
@@ -61,7 +62,7 @@ class _Graph:
     push: tf.Operation
     finish_feeds: dict[str, tf.Tensor]
     finish_metrics: dict[str, tf.Tensor]
-    state: dict[str, Any]  # the variables of `LearnerState` by name (`_Shared.state`)
+    state: dict[str, Any]  # the variables of `LearnerState` by name (`replicas.Shared.state`)
     state_after_finish: dict[str, Any]  # their values read after `finish_iteration`, by the same names
     shared_variables: list[tf.Variable]
     local_variables: list[tf.Variable]
@@ -95,12 +96,6 @@ def build_graph(
     return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync_replicas)
 
 
-def _counter(name: str, dtype: tf.DType, shape: list[int], init: float = 0) -> tf.Variable:
-    v1 = tf.compat.v1
-    initializer = v1.constant_initializer(dtype.as_numpy_dtype(init))
-    return v1.get_variable(name, shape, dtype, initializer=initializer, trainable=False, use_resource=True)
-
-
 def _placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
     """What a batch feeds, by the name of its `Batch` field."""
     v1 = tf.compat.v1
@@ -114,41 +109,6 @@ def _placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
         "advantages": v1.placeholder(tf.float32, [None], "advantages"),
         "returns": v1.placeholder(tf.float32, [None], "returns"),
     }
-
-
-@dataclass
-class _Shared:
-    """The run's state, shared by all workers (on the ps tasks in a cluster)."""
-
-    networks: Networks
-    counters: dict[str, tf.Variable]  # global_step, env_steps, iterations, kl_beta
-    statistics: dict[str, tf.Variable]  # the normalisers' sums: {observation,return}_{count,sum,sumsq}
-
-    @classmethod
-    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> _Shared:
-        networks = Networks.create(obs_dim, act_dim, config)
-        counters = {
-            "global_step": tf.compat.v1.train.get_or_create_global_step(),
-            "env_steps": _counter("env_steps", tf.int64, []),
-            "iterations": _counter("iterations", tf.int64, []),
-            "kl_beta": _counter("kl_beta", tf.float32, [], config.kl_init_penalty),
-        }
-        statistics = {
-            name: _counter(f"normalizer/{name}", tf.float64, shape)
-            for name, shape in [
-                ("observation_count", []),
-                ("observation_sum", [obs_dim]),
-                ("observation_sumsq", [obs_dim]),
-                ("return_count", []),
-                ("return_sum", []),
-                ("return_sumsq", []),
-            ]
-        }
-        return cls(networks, counters, statistics)
-
-    def state(self) -> dict[str, Any]:
-        """Every variable `LearnerState` is made of, by name (the weights as one list)."""
-        return {"weights": self.networks.variables(), **self.statistics, **self.counters}
 
 
 @dataclass
@@ -167,11 +127,11 @@ class _Local:
             networks = Networks.create(obs_dim, act_dim, config)
             with tf.compat.v1.variable_scope("anchor"):
                 anchor = Networks.create(obs_dim, act_dim, config)
-            env_steps = _counter("env_steps", tf.int64, [])
-            kl_beta = _counter("kl_beta", tf.float32, [], config.kl_init_penalty)
+            env_steps = replicas.counter("env_steps", tf.int64, [])
+            kl_beta = replicas.counter("kl_beta", tf.float32, [], config.kl_init_penalty)
         return cls(networks, anchor, env_steps, kl_beta)
 
-    def pull(self, shared: _Shared) -> tf.Operation:
+    def pull(self, shared: replicas.Shared) -> tf.Operation:
         """Copy the shared weights and counters into this worker's copy."""
         weights = shared.networks.variables()
         return tf.group(
@@ -200,7 +160,7 @@ def _optimizer(config: TrainerConfig, local: _Local) -> tuple[tf.compat.v1.train
 def minibatch_step(
     config: TrainerConfig, local: _Local, optimizer: tf.compat.v1.train.Optimizer, minibatch: dict[str, tf.Tensor]
 ) -> tuple[tf.Operation, dict[str, tf.Tensor]]:
-    """One Adam step on the local copy over `minibatch`, and its metrics by name (`STEP_METRICS`)."""
+    """One Adam step on the local copy over `minibatch`, and its metrics by name (`epochs.STEP_METRICS`)."""
     objective = local.objective(config, minibatch)
     weights = local.networks.variables()
     gradients = tf.gradients(objective.loss, weights)
@@ -214,75 +174,16 @@ def minibatch_step(
     return train_op, {**objective.metrics, "grad_norm": grad_norm}
 
 
-STEP_METRICS = (*METRICS, "grad_norm")
-"""What each Adam step of an update measures (its objective's terms and the gradient norm before clipping);
-the update logs their means over its minibatches, and its learning rate."""
-
-
-def minibatch_indices(config: TrainerConfig, batch_size: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """(epochs x minibatches, minibatch_size): the samples of each minibatch of an update, epoch after epoch.
-
-    Each epoch is a fresh permutation of the batch (the order that sorts random 64-bit keys, drawn by a
-    stateless op from `seed`, so the order is a function of the seed alone), cut into minibatches; samples
-    left over by a batch that is not a multiple of the minibatch size sit out that epoch.
-    """
-    keys = tf.random.stateless_uniform([config.epochs, batch_size], seed, minval=None, maxval=None, dtype=tf.int64)
-    size = config.minibatch_size
-    per_epoch = batch_size // size
-    orders = tf.argsort(keys, axis=1, stable=True)[:, : per_epoch * size]
-    return tf.reshape(orders, [config.epochs * per_epoch, size])
-
-
 def _update(config: TrainerConfig, local: _Local, batch: dict[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Every Adam step of an update in one `tf.while_loop` over the batch fed once; the means of
-    `STEP_METRICS` over the minibatches (float64 sums, divided at the end) and the learning rate, by name.
-
-    One iteration at a time (`parallel_iterations=1`), and every op of a step waits for the previous
-    step's Adam update: the weights a step reads are those the step before wrote.
-    """
+    """The update on the local copy (`epochs.optimize` of `minibatch_step`s with this worker's Adam): the means of
+    `epochs.STEP_METRICS` over its minibatches and the learning rate, by name."""
     optimizer, learning_rate = _optimizer(config, local)
-    indices = minibatch_indices(config, tf.shape(batch["advantages"])[0], seed)
-    steps = tf.shape(indices)[0]
-
-    def body(step: tf.Tensor, totals: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        with tf.control_dependencies([step]):
-            rows = indices[step]
-            minibatch = {name: v if name == "log_std" else tf.gather(v, rows) for name, v in batch.items()}
-            train_op, metrics = minibatch_step(config, local, optimizer, minibatch)
-        with tf.control_dependencies([train_op]):
-            return step + 1, {name: total + tf.cast(metrics[name], tf.float64) for name, total in totals.items()}
-
-    zeros = {name: tf.constant(0.0, tf.float64) for name in STEP_METRICS}
-    _, totals = tf.compat.v1.while_loop(lambda step, _: step < steps, body, (0, zeros), parallel_iterations=1)
-    means = {name: total / tf.cast(steps, tf.float64) for name, total in totals.items()}
+    means = epochs.optimize(config, lambda minibatch: minibatch_step(config, local, optimizer, minibatch), batch, seed)
     return {**means, "learning_rate": learning_rate}
 
 
-def _push(
-    shared: _Shared, local: _Local, sync_replicas: int, shared_scope, local_scope
-) -> tuple[tf.Operation, tf.compat.v1.train.SyncReplicasOptimizer | None]:
-    """The op that applies this worker's change to the shared weights (and counts the update), and in
-    sync mode the optimizer that aggregates every worker's change first."""
-    weights, global_step = shared.networks.variables(), shared.counters["global_step"]
-    with local_scope():
-        # The negated change serves as a gradient for plain SGD with step size 1: weights += change.
-        changes = zip(local.anchor.variables(), local.networks.variables(), strict=True)
-        pseudo_gradients = [a - w for a, w in changes]
-    if sync_replicas <= 1:
-        updates = (s.assign_sub(g) for s, g in zip(weights, pseudo_gradients, strict=True))
-        return tf.group(*updates, global_step.assign_add(1), name="push"), None
-    with shared_scope():
-        sync_optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(1.0),
-            replicas_to_aggregate=sync_replicas,
-            total_num_replicas=sync_replicas,
-        )
-        gradients = zip(pseudo_gradients, weights, strict=True)
-        return sync_optimizer.apply_gradients(gradients, global_step=global_step), sync_optimizer
-
-
 def _finish(
-    config: TrainerConfig, shared: _Shared, kl: tf.Tensor
+    config: TrainerConfig, shared: replicas.Shared, kl: tf.Tensor
 ) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor], dict[str, Any]]:
     """The end of an iteration: its placeholders (env_steps and the normalisers' sums, by name), its metrics
     (the mean KL) and the state read after it counted the iteration, added the sums and adapted the KL
@@ -320,7 +221,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     feeds = _placeholders(obs_dim, act_dim)
     update_seed = v1.placeholder(tf.int64, [2], "update_seed")
     with shared_scope():
-        shared = _Shared.create(config, obs_dim, act_dim)
+        shared = replicas.Shared.create(config, obs_dim, act_dim)
     shared_variables = list(v1.global_variables())
     with local_scope():
         local = _Local.create(config, obs_dim, act_dim)
@@ -328,7 +229,8 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     with local_scope():
         update = _update(config, local, feeds, update_seed)
         kl = local.objective(config, feeds).kl
-    push, sync_optimizer = _push(shared, local, sync_replicas, shared_scope, local_scope)
+    anchor, weights = local.anchor.variables(), local.networks.variables()
+    push, sync_optimizer = replicas.push(shared, anchor, weights, sync_replicas, shared_scope, local_scope)
     finish_feeds, finish_metrics, state_after_finish = _finish(config, shared, kl)
     return _Graph(
         feeds=feeds,
@@ -345,33 +247,6 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         local_variables=[v for v in v1.global_variables() if all(v is not s for s in shared_variables)],
         sync_optimizer=sync_optimizer,
     )
-
-
-@dataclass
-class _SyncOps:
-    """What `SyncReplicasOptimizer`'s session hook does, for a plain session (no MonitoredSession: its
-    hard-coded 30 s recovery wait makes every start-up and recovery slow)."""
-
-    ready: tf.Tensor
-    local_init: tf.Operation
-    queue_runner: tf.compat.v1.train.QueueRunner | None
-    coordinator: tf.train.Coordinator | None = None
-
-    @classmethod
-    def create(cls, optimizer: tf.compat.v1.train.SyncReplicasOptimizer, chief: bool) -> _SyncOps:
-        return cls(
-            ready=optimizer.ready_for_local_init_op,
-            local_init=optimizer.chief_init_op if chief else optimizer.local_step_init_op,
-            queue_runner=optimizer.get_chief_queue_runner() if chief else None,
-        )
-
-    def start(self, session: tf.compat.v1.Session, chief: bool) -> None:
-        while len(session.run(self.ready)):
-            time.sleep(distributed.READY_POLL_SECONDS)
-        session.run(self.local_init)
-        if chief:
-            self.coordinator = tf.train.Coordinator()
-            self.queue_runner.create_threads(session, coord=self.coordinator, daemon=True, start=True)
 
 
 class Learner:
@@ -411,7 +286,7 @@ class Learner:
                 if cluster is not None:
                     self._uninitialized = v1.report_uninitialized_variables(self._g.shared_variables)
                 self._done = distributed.done_ops(cluster) if cluster else []
-            self._sync = _SyncOps.create(self._g.sync_optimizer, chief) if self._g.sync_optimizer else None
+            self._sync = replicas.SyncOps.create(self._g.sync_optimizer, chief) if self._g.sync_optimizer else None
         self.graph.finalize()
         self._coordinator: tf.train.Coordinator | None = None
         self.session: tf.compat.v1.Session | None = self._open_session()

@@ -1,8 +1,7 @@
-"""One worker's training loop: sample a rollout with the numpy actor, update, write the outputs.
+"""One worker's training loop: PPO iterations (`iteration.iterate`: sample, advantages, update, adapt) and
+their outputs.
 
-Per iteration: `rollout_steps` steps of all `envs_per_worker` environments; GAE over them; `epochs` x
-`minibatches` Adam steps; one `finish_iteration` session run that counts the steps, pushes the normaliser
-sums and reads the new weights back for acting. Then summaries, metrics, progress, and every
+After each iteration: summaries, metrics, progress, and every
 `eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
 shared env-step counter reaches `total_steps`; a final checkpoint closes the run, then the chief evaluates the
 final policy and renders its video in one pass (`final`), and exports it (`export`) with that evaluation.
@@ -32,6 +31,7 @@ from agents_operator.trainer.envs.rollout import simulation_share
 from agents_operator.trainer.envserver import client
 from agents_operator.trainer.envserver.client import RemoteBatchEnv
 from agents_operator.trainer.export import Episodes
+from agents_operator.trainer.iteration import iterate
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.ppo.normalize import Normalizer
@@ -178,17 +178,12 @@ class _Run:
         return state
 
     def iteration(self, state: LearnerState) -> LearnerState:
-        """Sample, update and write the outputs once; after a lost ps, reconnect and return the live state."""
+        """One PPO iteration (`iteration.iterate`) and its outputs; after a lost ps, reconnect and return the live
+        state."""
         config, result = self.config, self.outputs.result
         begin = time.monotonic()
-        batch, episode_returns, episode_lengths = self.sampler.collect(state.policy)
-        sampled = time.monotonic()
         try:
-            losses = self.learner.update(batch, self.rng)
-            state, finish = self.learner.finish_iteration(
-                batch, len(batch), self.env.observations.take_pending(), self.env.rewards.statistics.take_pending()
-            )
-            updated = time.monotonic()
+            done = iterate(state, self.sampler, self.learner, config, self.rng)
         except distributed.LOST_CONNECTION as error:
             if self.cluster is None:
                 raise
@@ -197,23 +192,24 @@ class _Run:
             state = self.learner.state()
             _share_statistics(self.env, state)
             return state
+        state = done.state
         _share_statistics(self.env, state)
-        result.sampling_steps += len(batch)
-        result.collect_seconds.append(sampled - begin)
-        result.update_seconds.append(updated - sampled)
-        result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, sampled - begin))
-        done = _finished(state, config, self.cluster)
-        if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not done:
+        result.sampling_steps += done.steps
+        result.collect_seconds.append(done.sampling_seconds)
+        result.update_seconds.append(done.update_seconds)
+        result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, done.sampling_seconds))
+        finished = _finished(state, config, self.cluster)
+        if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not finished:
             self.outputs.evaluate(state, self.env.observations)
-        if self.chief and (state.iterations % config.checkpoint_every == 0 or done):
+        if self.chief and (state.iterations % config.checkpoint_every == 0 or finished):
             self.outputs.progress.note(f"checkpoint {checkpoints.save(self.learner, self.logdir, state.iterations)}")
         self.outputs.iteration(
             state,
-            {**losses, **finish},
-            episode_returns,
-            episode_lengths,
-            steps=len(batch),
-            sampling_seconds=sampled - begin,
+            done.metrics,
+            done.episode_returns,
+            done.episode_lengths,
+            steps=done.steps,
+            sampling_seconds=done.sampling_seconds,
             seconds=time.monotonic() - begin,
             simulation=result.simulation_shares[-1],
         )

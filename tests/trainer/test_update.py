@@ -1,7 +1,7 @@
 """The update in one session run (a `tf.while_loop` over the batch) against the update as one session run per
 minibatch, built from the same pieces: same losses, same weights.
 
-The reference feeds the minibatches from numpy, in the order `minibatch_indices` draws from the seed the
+The reference feeds the minibatches from numpy, in the order `epochs.minibatch_indices` draws from the seed the
 learner draws from the same generator, into `minibatch_step` on a local copy that starts from the learner's
 initial weights; it is the update as the learner ran it before it moved into the graph.
 
@@ -21,6 +21,7 @@ import tensorflow as tf
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import learner as learner_module
 from agents_operator.trainer.learner import Learner
+from agents_operator.trainer.ppo import epochs
 
 OBS, ACT, SIZE = 3, 2, 32
 RTOL, ATOL = 1e-5, 1e-6
@@ -48,7 +49,7 @@ def _update_per_minibatch(config: TrainerConfig, weights: list[np.ndarray], batc
         local = learner_module._Local.create(config, OBS, ACT)
         optimizer, learning_rate = learner_module._optimizer(config, local)
         train_op, metrics = learner_module.minibatch_step(config, local, optimizer, feeds)
-        indices = learner_module.minibatch_indices(config, SIZE, tf.constant(seed, tf.int64))
+        indices = epochs.minibatch_indices(config, SIZE, tf.constant(seed, tf.int64))
         assigns = [v.assign(w) for v, w in zip(local.networks.variables(), weights, strict=True)]
         init = tf.compat.v1.global_variables_initializer()
     with tf.compat.v1.Session(graph=graph) as session:
@@ -95,11 +96,11 @@ def test_each_epoch_is_a_permutation_and_the_order_depends_on_the_seed_alone():
     config = _config(epochs=4, minibatches=4)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         seeds = tf.compat.v1.placeholder(tf.int64, [2])
-        indices = learner_module.minibatch_indices(config, SIZE, seeds)
+        indices = epochs.minibatch_indices(config, SIZE, seeds)
         first, again, other = (session.run(indices, {seeds: s}) for s in ([1, 2], [1, 2], [1, 3]))
     assert first.shape == (4 * 4, 8)
-    epochs = first.reshape(4, SIZE)
-    assert all(sorted(epoch) == list(range(SIZE)) for epoch in epochs)
-    assert len({tuple(epoch) for epoch in epochs}) == 4  # a fresh order every epoch
+    orders = first.reshape(4, SIZE)
+    assert all(sorted(epoch) == list(range(SIZE)) for epoch in orders)
+    assert len({tuple(epoch) for epoch in orders}) == 4  # a fresh order every epoch
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)

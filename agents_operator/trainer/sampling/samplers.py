@@ -8,6 +8,8 @@ generator alike, so the batches do not depend on the placement (see `envs.rollou
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from agents_operator.config import TrainerConfig
@@ -18,7 +20,29 @@ from agents_operator.trainer.sampling.batch import Batch, to_batch
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 
-class Sampler:
+class _Sampling(abc.ABC):
+    """What every sampler does alike: draw a rollout's noise, and `collect` (a rollout, then its batch)."""
+
+    env: TrainingEnv
+    config: TrainerConfig
+    rng: np.random.Generator
+
+    @abc.abstractmethod
+    def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, np.ndarray | None]:
+        """A rollout of `rollout_steps` x `num_envs` transitions, and what its first step acted on when not its
+        first observations normalised now (`to_batch`'s `first_acting`)."""
+
+    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
+        """`rollout`, then `to_batch`: the PPO batch and the episodes that ended in the rollout."""
+        rollout, first_acting = self.rollout(policy)
+        return to_batch(rollout, self.env, policy, self.config, first_acting)
+
+    def _noise(self, policy: NumpyPolicy) -> np.ndarray:
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        return self.rng.standard_normal(shape, dtype=np.float32)
+
+
+class Sampler(_Sampling):
     """Colocated sampling: turns rollouts of a `BatchEnv` into PPO batches, the policy acting in the worker
     processes for their own environments (`BatchEnv.collect`), with no exchange per step.
 
@@ -33,16 +57,15 @@ class Sampler:
         self.observations = env.observations.normalize(self.raw_observations)
         self.simulation_seconds = np.zeros(0)  # the last rollout's (`Rollout.simulation_seconds`)
 
-    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
-        """One rollout of `rollout_steps` x `envs_per_worker` transitions and the episodes that ended in it."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
-        noise = self.rng.standard_normal(shape, dtype=np.float32)
-        rollout = self._rollout(policy, noise)
+    def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, np.ndarray]:
+        acting = self.observations
+        rollout = self._rollout(policy, self._noise(policy))
         self.simulation_seconds = rollout.simulation_seconds
-        result = to_batch(rollout, self.env, policy, self.config, self.observations)
+        # The statistics change only when the iteration ends (`Normalizer.take_pending`): normalised now, the
+        # next rollout's first observations are as `to_batch` would see them.
         self.raw_observations = rollout.observations[-1]
         self.observations = self.env.observations.normalize(self.raw_observations)
-        return result
+        return rollout, acting
 
     def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
         return self.env.env.collect(policy, self.env.observations, noise, self.observations)
@@ -57,7 +80,7 @@ class StepSampler(Sampler):
         return run(self.env.env, self.raw_observations, policy, self.env.observations, noise, self.observations)
 
 
-class RolloutSampler:
+class RolloutSampler(_Sampling):
     """A drop-in for `Sampler` over env servers in rollout mode: the servers collect whole rollouts
     (`RemoteBatchEnv.collect`), normalising a rollout's first observations with its own statistics (see
     `envs.rollout`); the random generator is used exactly as `Sampler` uses it."""
@@ -69,13 +92,10 @@ class RolloutSampler:
         env.reset()
         self.simulation_seconds = np.zeros(0)  # the last rollout's (`Rollout.simulation_seconds`)
 
-    def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
-        """One rollout of `rollout_steps` x `num_envs` transitions and the episodes that ended in it."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
-        noise = self.rng.standard_normal(shape, dtype=np.float32)
-        rollout = self.env.env.collect(policy, self.env.observations, noise)
+    def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, None]:
+        rollout = self.env.env.collect(policy, self.env.observations, self._noise(policy))
         self.simulation_seconds = rollout.simulation_seconds
-        return to_batch(rollout, self.env, policy, self.config)
+        return rollout, None
 
 
 def for_placement(

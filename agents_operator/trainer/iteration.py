@@ -1,0 +1,86 @@
+"""One PPO iteration, top to bottom, next to the paper's Algorithm 1 (Schulman et al. 2017, "Proximal Policy
+Optimization Algorithms"):
+
+    for iteration = 1, 2, ... do
+        for actor = 1, 2, ..., N do
+            Run policy pi_theta_old in environment for T timesteps
+            Compute advantage estimates A_1, ..., A_T
+        end for
+        Optimize surrogate L wrt theta, with K epochs and minibatch size M <= NT
+        theta_old <- theta
+    end for
+
+The actors are the worker's environments (N = `envs_per_worker`, T = `rollout_steps`, K = `epochs`,
+M = NT / `minibatches`); in a cluster every worker runs this loop on the shared weights. `iterate` makes one
+call per line of it and delegates the work: each piece holds its own part of the paper and is tested on its
+own (tests/trainer/). The loop around it (`loop`) adds evaluations, checkpoints and the outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer.learner import Learner, LearnerState
+from agents_operator.trainer.sampling.batch import to_batch
+from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
+
+
+@dataclass
+class Iteration:
+    """What one iteration did."""
+
+    state: LearnerState
+    """The state after it: the updated policy that acts next, the counters and the normaliser statistics."""
+    steps: int
+    """The transitions it sampled (N x T)."""
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    """Of the episodes that ended in its rollout."""
+    metrics: dict[str, float]
+    """The update's (`Learner.update`) and the iteration's end's (`Learner.finish_iteration`), by name."""
+    sampling_seconds: float
+    update_seconds: float
+
+
+def iterate(
+    state: LearnerState,
+    sampler: Sampler | RolloutSampler,
+    learner: Learner,
+    config: TrainerConfig,
+    rng: np.random.Generator,
+) -> Iteration:
+    """One iteration of PPO from `state`; the learner's errors (a lost parameter server) propagate."""
+    begin = time.monotonic()
+    # "Run policy pi_theta_old in environment for T timesteps": the numpy snapshot of theta_old acts, with
+    # noise drawn from `rng` up front, wherever the environments are (`sampling.samplers`, `envs.rollout.run`).
+    rollout, first_acting = sampler.rollout(state.policy)
+    # "Compute advantage estimates A_1, ..., A_T": truncated GAE, eq. 11-12, A_t = delta_t + (gamma lambda)
+    # delta_{t+1} + ..., delta_t = r_t + gamma V(s_{t+1}) - V(s_t), bootstrapped from V where an episode hit its
+    # time limit and after step T; value targets A_t + V(s_t); rewards scaled, observations normalised
+    # (`sampling.batch.to_batch`, `ppo.returns`).
+    batch, episode_returns, episode_lengths = to_batch(rollout, sampler.env, state.policy, config, first_acting)
+    sampled = time.monotonic()
+    # "Optimize surrogate L wrt theta, with K epochs and minibatch size M <= NT": eq. 9, L^CLIP+VF+S =
+    # L^CLIP (eq. 7, or section 4's KL-penalised L^KLPEN, eq. 8) - c1 L^VF + c2 S, by Adam with the learning rate
+    # annealed by the steps so far (`Learner.update`, `ppo.epochs`, `ppo.objective`, `ppo.losses`).
+    metrics = learner.update(batch, rng)
+    # "theta_old <- theta", and section 4's adaptation of the KL penalty's beta to d = KL[pi_old, pi]
+    # ("if d < d_targ / 1.5, beta <- beta / 2; if d > d_targ x 1.5, beta <- beta x 2", as BatchPPO adapts it:
+    # `ppo.losses.adapted_kl_beta`); the steps and normaliser sums counted (`Learner.finish_iteration`).
+    env = sampler.env
+    observations, returns = env.observations.take_pending(), env.rewards.statistics.take_pending()
+    state, finished = learner.finish_iteration(batch, len(batch), observations, returns)
+    updated = time.monotonic()
+    return Iteration(
+        state=state,
+        steps=len(batch),
+        episode_returns=episode_returns,
+        episode_lengths=episode_lengths,
+        metrics={**metrics, **finished},
+        sampling_seconds=sampled - begin,
+        update_seconds=updated - sampled,
+    )
