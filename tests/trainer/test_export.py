@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from agents_operator import exported, presets, topology
-from agents_operator import policy as loader
+from agents_operator.exported import policy as loader
 from agents_operator.trainer import checkpoints, export, loop, playback, rundir
 from agents_operator.trainer.envs.episodes import deterministic, play
 from agents_operator.trainer.envs.make import make_env
@@ -191,7 +191,7 @@ def test_read_gives_back_the_trainers_numpy_actor(trained):
 def test_the_loader_imports_no_trainer_no_gymnasium_no_simulator(trained):
     _, logdir = trained
     code = (
-        "import sys; from agents_operator import policy; "
+        "import sys; from agents_operator.exported import policy; "
         f"print(policy.load({str(logdir / exported.DIRECTORY)!r})([0.5, -0.5, 1.0]).tolist()); "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'gymnasium', 'gym', 'pybullet'})); "
         "print(sorted(m for m in sys.modules if m.startswith('agents_operator.')))"
@@ -199,7 +199,7 @@ def test_the_loader_imports_no_trainer_no_gymnasium_no_simulator(trained):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert len(json.loads(out[0])) == 1
     assert out[1] == "[]"
-    assert out[2] == "['agents_operator.exported', 'agents_operator.policy']"
+    assert out[2] == "['agents_operator.exported', 'agents_operator.exported.policy']"
 
 
 def test_evaluate_plays_the_same_episodes_with_the_export_and_the_run(trained, capsys):

@@ -78,3 +78,19 @@ def test_approx_kl(run):
     log_ratio = [0.1, -0.2]
     expected = np.mean(np.exp(log_ratio) - 1.0 - np.array(log_ratio))
     assert run(losses.approx_kl, log_ratio) == pytest.approx(expected, rel=1e-5)
+
+
+def test_clipped_surrogate_is_pessimistic_for_negative_advantages(run):
+    # eq. 7 takes min(r A, clip(r) A): with A < 0 the clip binds below 1 - eps, and a ratio above 1 + eps is not
+    # clipped at all. ratio [0.5, 1.5], A = [-2, -2], eps = 0.2:
+    # -A r = [1, 3]; -A clip(r, 0.8, 1.2) = [1.6, 2.4]; max = [1.6, 3] -> mean 2.3; both ratios left [0.8, 1.2].
+    pg_loss, clipfrac = run(lambda r, a: losses.clipped_surrogate(r, a, 0.2), [0.5, 1.5], [-2.0, -2.0])
+    assert pg_loss == pytest.approx(2.3)
+    assert clipfrac == pytest.approx(1.0)
+
+
+def test_value_loss_clipped_keeps_the_larger_error(run):
+    # V = [2, -3], old V = [0, 0], R = [1, 0], clip 1: clipped V = [1, -1] -> errors [0, 1]; unclipped [1, 9];
+    # max = [1, 9] -> 0.5 * mean = 2.5 (clipping only ever raises the loss).
+    loss = run(lambda v, o, r: losses.value_loss(v, o, r, 1.0), [2.0, -3.0], [0.0, 0.0], [1.0, 0.0])
+    assert loss == pytest.approx(2.5)
