@@ -1,7 +1,8 @@
 """Exported policies: size on disk and time per action, against the trainer's numpy actor in the same run.
 
 For the `pendulum` and `cheetah` presets, a policy with the preset's networks (random weights: size and speed
-depend only on the shapes) is exported with `trainer.export.write` and loaded with `agents_operator.policy.load`.
+depend only on the shapes) is exported with `trainer.export.write` and loaded with
+`agents_operator.exported.policy.load`.
 Per action: the loaded SavedModel (`act` signature, through the loader) against the numpy actor as the trainer
 evaluates (`envs.episodes.deterministic` at batch 1, the same mean + clip on a batch of 256), best of several
 repeats. Prints one JSON line; ratios > 1 mean the SavedModel is slower. numpy runs single-threaded, as in the
@@ -27,7 +28,7 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from agents_operator import exported, presets  # noqa: E402
-from agents_operator import policy as loader  # noqa: E402
+from agents_operator.exported import policy as loader  # noqa: E402
 from agents_operator.trainer import export  # noqa: E402
 from agents_operator.trainer.envs.episodes import deterministic  # noqa: E402
 from agents_operator.trainer.envs.make import make_env  # noqa: E402

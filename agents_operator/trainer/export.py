@@ -5,7 +5,7 @@ value networks' weights, the log standard deviation, the observation statistics 
 variables, and computes what the numpy actor (`ppo.policy.NumpyPolicy`) computes, in the same arithmetic:
 the normalisation in float32, the networks in float64 on the float32 weights, one rounding to float32 at the
 output, then the clip to the action bounds. So its `act` gives the trainer's deterministic actions bit for bit
-(tests/trainer/test_export.py), in TensorFlow Serving as in `agents_operator.policy.load`.
+(tests/trainer/test_export.py), in TensorFlow Serving as in `agents_operator.exported.policy.load`.
 
 `read` gives the exported policy back as the numpy actor, for env servers (which run no TensorFlow): they
 receive its weights as they receive the trainer's.

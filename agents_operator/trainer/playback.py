@@ -4,7 +4,7 @@ and `collect`, an exported policy's trajectories from env servers.
 A run's policy is restored from its checkpoint into a learner and acts as the numpy actor, as in the trainer's
 evaluations. Episodes that are not rendered play spread over worker processes (`BatchEnv.run_episodes`), as the
 trainer's evaluations do; rendered ones play in this process, one after the other. An exported policy rendered
-here acts through its SavedModel's `act` signature (`agents_operator.policy`), as it would when served; in
+here acts through its SavedModel's `act` signature (`agents_operator.exported.policy`), as it would when served; in
 worker processes and on an env server, which run no TensorFlow, it acts as the numpy actor read from the same
 SavedModel (`export.read`): the same actions, bit for bit (tests/trainer/test_export.py). `collect` sends that
 actor to env servers in a Collect request, as the trainer does in rollout mode: the policy goes to where the
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agents_operator import policy as exported_policy
 from agents_operator import topology
 from agents_operator.config import TrainerConfig
+from agents_operator.exported import policy as exported_policy
 from agents_operator.trainer import checkpoints, export
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import Act, LocalEpisodes, OnFrame, Played

@@ -2,7 +2,7 @@
 
 `run_episodes` plays them on an environment it is given (an env server's own, in `envserver.server`);
 `LocalEpisodes` on one of this process's, made on first use. `play` runs any deterministic policy, such as an
-exported one (`agents_operator.policy`), the same way. `batch.BatchEnv.run_episodes` plays the same episodes
+exported one (`agents_operator.exported.policy`), the same way. `batch.BatchEnv.run_episodes` plays the same episodes
 spread over its worker processes, `envserver.client.RemoteBatchEnv.run_episodes` on an env server.
 
 An episode depends only on the policy and its seed, not on the environment that plays it nor on what that

@@ -4,7 +4,7 @@ Needs only TensorFlow and numpy: no gymnasium, no simulator, nothing of the trai
 in a fresh interpreter and checks). The policy acts through the SavedModel's signatures, as TensorFlow Serving
 runs them, so what it does here is what a served model does:
 
-    from agents_operator import policy
+    from agents_operator.exported import policy
     pi = policy.load("runs/pendulum/exported")
     action = pi(observation)                      # deterministic, clipped to the action bounds
     actions, log_probs = pi.sample(observations, seed=7)

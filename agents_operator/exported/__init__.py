@@ -1,8 +1,10 @@
 """An exported policy's directory: a TensorFlow SavedModel with the file `policy.json` beside it.
 
-`trainer.export` writes it, `policy.load` reads it with TensorFlow and numpy only, and the operator names a
+`trainer.export` writes it (the trainer's step that builds the SavedModel from its learner), `policy.load`
+(`agents_operator.exported.policy`) reads it with TensorFlow and numpy only, and the operator names a
 job's in `status.export`: the names, signatures and metadata they share live here. Pure module: the standard
-library only, so that the loader imports no trainer and the operator no TensorFlow.
+library only, so that the loader imports no trainer and the operator no TensorFlow (this module imports not
+its `policy`, which needs TensorFlow).
 
 The SavedModel's signatures, as TensorFlow Serving and `tf.saved_model.load(...).signatures` see them:
 
