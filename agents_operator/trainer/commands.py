@@ -24,17 +24,12 @@ from pydantic import ValidationError
 
 from agents_operator import exported, naming, presets, tfconfig
 from agents_operator.config import TrainerConfig, describe, field_name
-from agents_operator.trainer import checkpoints, rundir
+from agents_operator.trainer import checkpoints, rundir, usage
 from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
 
 FAILED = 1
 USAGE_ERROR = 2
 INTERRUPTED = 130
-_ENV_SERVER_STARTUP_SECONDS = 10.0  # how long `visualize --env-server` waits for the server to answer
-
-
-class UsageError(Exception):
-    """A mistake in the command line or the run directory, reported as one line."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -177,13 +172,13 @@ def _env_server_option(parser: argparse.ArgumentParser, text: str) -> None:
 
 
 def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`command` with a UsageError or an ExportError (exit code 2) or a CheckpointError (exit code 1) as one
+    """`command` with a usage.UsageError or an ExportError (exit code 2) or a CheckpointError (exit code 1) as one
     line on stderr."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
-        except UsageError as error:
+        except usage.UsageError as error:
             print(f"agents-operator {name}: error: {error}", file=sys.stderr)
             return USAGE_ERROR
         except exported.ExportError as error:
@@ -204,9 +199,9 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         tf_config = tfconfig.from_env(os.environ)
     except tfconfig.TFConfigError as error:
-        raise UsageError(f"{tfconfig.ENV_VAR}: {error}") from None
+        raise usage.UsageError(f"{tfconfig.ENV_VAR}: {error}") from None
     role = tf_config.task_type if tf_config is not None else naming.WORKER
-    env_servers = _env_servers() if role != naming.PS else None
+    env_servers = usage.env_servers() if role != naming.PS else None
     _quiet_tensorflow()
     from agents_operator.trainer import distributed, loop
 
@@ -217,7 +212,7 @@ def run_train(args: argparse.Namespace) -> int:
 
         return evaluator.run(config, args.logdir, env_servers=env_servers)
     if env_servers is None:
-        _check_env_id(config.env_id)  # with env servers, this process may have no simulator at all
+        usage.check_env_id(config.env_id)  # with env servers, this process may have no simulator at all
     # A TF_CONFIG without parameter servers is a single worker: train locally.
     cluster = distributed.Cluster(tf_config) if tf_config is not None and tf_config.num_ps else None
     bind = tfconfig.bind_host(os.environ)
@@ -230,11 +225,11 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_visualize(args: argparse.Namespace) -> int:
     if args.out.suffix not in (".gif", ".mp4"):
-        raise UsageError(f"--out {args.out}: the file name must end in .gif or .mp4")
+        raise usage.UsageError(f"--out {args.out}: the file name must end in .gif or .mp4")
     if args.episodes < 1:
-        raise UsageError("--episodes must be at least 1")
-    if args.out.suffix == ".mp4" and not _importable("imageio_ffmpeg"):
-        raise UsageError("writing .mp4 needs the imageio-ffmpeg package; write a .gif instead")
+        raise usage.UsageError("--episodes must be at least 1")
+    if args.out.suffix == ".mp4" and not usage.importable("imageio_ffmpeg"):
+        raise usage.UsageError("writing .mp4 needs the imageio-ffmpeg package; write a .gif instead")
     config = _check_policy_source(args)
     _quiet_tensorflow()
     from agents_operator.trainer import visualize
@@ -251,9 +246,9 @@ def run_visualize(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     if args.episodes < 1:
-        raise UsageError("--episodes must be at least 1")
+        raise usage.UsageError("--episodes must be at least 1")
     if args.seed is not None and args.seed < 0:
-        raise UsageError("--seed must be at least 0")
+        raise usage.UsageError("--seed must be at least 0")
     config = _check_policy_source(args)
     _quiet_tensorflow()
     from agents_operator.trainer import playback
@@ -273,14 +268,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    config = _saved_config(args.logdir)
+    config = usage.saved_config(args.logdir)
     if args.checkpoint is not None and args.checkpoint < 0:
-        raise UsageError("--checkpoint must be at least 0")
+        raise usage.UsageError("--checkpoint must be at least 0")
     if not checkpoints.list_checkpoints(args.logdir):
-        raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
+        raise usage.UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
     if args.out.exists() and not args.replace:
-        raise UsageError(f"--out {args.out}: already exists; pass --replace to replace it, or choose another")
-    _check_env_id(config.env_id)
+        raise usage.UsageError(f"--out {args.out}: already exists; pass --replace to replace it, or choose another")
+    usage.check_env_id(config.env_id)
     _quiet_tensorflow()
     from agents_operator.trainer import export
 
@@ -296,16 +291,16 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_collect(args: argparse.Namespace) -> int:
     if args.steps < 1:
-        raise UsageError("--steps must be at least 1")
+        raise usage.UsageError("--steps must be at least 1")
     if args.seed < 0:
-        raise UsageError("--seed must be at least 0")
+        raise usage.UsageError("--seed must be at least 0")
     if args.out.suffix != ".npz":
-        raise UsageError(f"--out {args.out}: the file name must end in .npz")
+        raise usage.UsageError(f"--out {args.out}: the file name must end in .npz")
     if args.out.exists():
-        raise UsageError(f"--out {args.out}: already exists; choose another file")
+        raise usage.UsageError(f"--out {args.out}: already exists; choose another file")
     env_id = exported.read_metadata(args.model).env_id
     for address in args.env_server:
-        _check_env_server(address, env_id)
+        usage.check_env_server(address, env_id)
     _quiet_tensorflow()
     import numpy as np
 
@@ -326,28 +321,28 @@ def _check_policy_source(args: argparse.Namespace) -> TrainerConfig | None:
         env_id = exported.read_metadata(args.model).env_id
         config = None
     else:
-        config = _saved_config(args.logdir)
+        config = usage.saved_config(args.logdir)
         if not checkpoints.list_checkpoints(args.logdir):
-            raise UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
+            raise usage.UsageError(f"no checkpoint in {checkpoints.directory(args.logdir)}")
         env_id = config.env_id
     if args.env_server is not None:
-        _check_env_server(args.env_server, env_id)
+        usage.check_env_server(args.env_server, env_id)
     else:
-        _check_env_id(env_id)
+        usage.check_env_id(env_id)
     return config
 
 
 def run_plot(args: argparse.Namespace) -> int:
     for logdir in args.logdir:
         if not any(Path(logdir).glob(rundir.EVENTS)):
-            raise UsageError(f"no summaries in {logdir}")
+            raise usage.UsageError(f"no summaries in {logdir}")
     _quiet_tensorflow()
     from agents_operator.trainer import plot
 
     try:
         counts = plot.plot(args.logdir, args.out, args.tag)
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        raise usage.UsageError(str(error)) from None
     print(f"wrote {args.out}: " + ", ".join(f"{run} ({n} points)" for run, n in counts.items()))
     return 0
 
@@ -355,10 +350,10 @@ def run_plot(args: argparse.Namespace) -> int:
 def run_env_server(args: argparse.Namespace) -> int:
     for name in ("envs", "envs_per_process", "max_episode_steps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+            raise usage.UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port {args.port}: not a port number")
-    _check_env_id(args.env)
+        raise usage.UsageError(f"--port {args.port}: not a port number")
+    usage.check_env_id(args.env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from agents_operator.trainer.envserver import server
 
@@ -373,31 +368,31 @@ def run_env_server(args: argparse.Namespace) -> int:
             host=tfconfig.bind_host(os.environ) or server.ALL_INTERFACES,
         )
     except server.StartError as error:
-        raise UsageError(str(error)) from None
+        raise usage.UsageError(str(error)) from None
 
 
 def resolve_train_config(preset: str | None, overrides: list[str], logdir: Path, resume: bool) -> TrainerConfig:
     """The config a `train` invocation runs with; see `rundir` for the rules on resume."""
     settings = parse_overrides(overrides)
-    saved = _load_saved(logdir)
+    saved = usage.load_saved(logdir)
     if saved is not None and not resume:
-        raise UsageError(f"{logdir} already holds a run: pass --resume to continue it, or pick a new --logdir")
+        raise usage.UsageError(f"{logdir} already holds a run: pass --resume to continue it, or pick a new --logdir")
     if preset is None and saved is None:
-        raise UsageError("--config PRESET is required to start a run")
+        raise usage.UsageError("--config PRESET is required to start a run")
     try:
         if preset is not None:
             config = presets.resolve(preset, settings)
         else:
             config = TrainerConfig.model_validate({**saved.model_dump(), **settings})
     except KeyError as error:
-        raise UsageError(error.args[0]) from None
+        raise usage.UsageError(error.args[0]) from None
     except ValidationError as error:
-        raise UsageError(describe(error)) from None
+        raise usage.UsageError(describe(error)) from None
     if saved is not None:
         try:
             rundir.check_resume(saved, config)
         except rundir.ConfigConflict as error:
-            raise UsageError(str(error)) from None
+            raise usage.UsageError(str(error)) from None
     return config
 
 
@@ -409,69 +404,17 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key, equals, text = item.partition("=")
         key = key.strip()
         if not equals or not key:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+            raise usage.UsageError(f"--set {item!r}: expected KEY=VALUE")
         name = field_name(key)
         if name is None:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise UsageError(f"--set {key}: unknown setting{hint}; settings: {', '.join(known)}")
+            raise usage.UsageError(f"--set {key}: unknown setting{hint}; settings: {', '.join(known)}")
         try:
             settings[name] = yaml.safe_load(text)
         except yaml.YAMLError:
-            raise UsageError(f"--set {key}: {text!r} is not a YAML value") from None
+            raise usage.UsageError(f"--set {key}: {text!r} is not a YAML value") from None
     return settings
-
-
-def _check_env_id(env_id: str) -> None:
-    """Make the environment once here, so an unknown id is one line and not a worker's traceback."""
-    import gymnasium
-
-    from agents_operator.trainer.envs.make import make_env
-
-    try:
-        make_env(env_id).close()
-    except (gymnasium.error.Error, ModuleNotFoundError) as error:
-        raise UsageError(f"env_id {env_id!r}: {error}") from None
-
-
-def _env_servers() -> tfconfig.EnvServers | None:
-    try:
-        return tfconfig.env_servers_from_env(os.environ)
-    except tfconfig.TFConfigError as error:
-        raise UsageError(str(error)) from None  # its messages name AGENTS_ENV_SERVERS
-
-
-def _check_env_server(address: str, env_id: str) -> None:
-    """Ask the env server for its spec once here, so a wrong address or environment is one line."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise UsageError(f"--env-server {address!r}: expected HOST:PORT")
-    from agents_operator.trainer.envserver import client, connection
-
-    try:
-        client.connect([address], env_id, startup_timeout=_ENV_SERVER_STARTUP_SECONDS).close()
-    except (connection.EnvServerError, ValueError) as error:
-        raise UsageError(f"--env-server {address}: {error}") from None
-
-
-def _saved_config(logdir: Path) -> TrainerConfig:
-    config = _load_saved(logdir)
-    if config is None:
-        raise UsageError(f"no run in {logdir} (no {rundir.CONFIG_FILE})")
-    return config
-
-
-def _load_saved(logdir: Path) -> TrainerConfig | None:
-    try:
-        return rundir.load_config(logdir)
-    except rundir.UnreadableConfig as error:
-        raise UsageError(str(error)) from None
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 def _quiet_tensorflow() -> None:

@@ -11,9 +11,8 @@ Per iteration (`iteration.iterate` calls `update`, then `finish_iteration`) the 
 shared weights into the local copy, the update (every epoch's minibatch Adam steps in one session run:
 `ppo.epochs`, a `tf.while_loop` over the batch, fed once, shuffled in the graph), a push of the change
 (`replicas`), and `finish_iteration` (counters, normaliser sums, KL penalty, and a read of every weight for
-the numpy actor). Acting never runs it.
-The graph lives in its own `tf.Graph`, which is graph mode whether or not eager execution is enabled in
-the process, so tests and tools can build learners side by side.
+the numpy actor). Acting never runs it. The graph lives in its own `tf.Graph`, which is graph mode whether or
+not eager execution is enabled in the process, so tests and tools can build learners side by side.
 """
 
 from __future__ import annotations
