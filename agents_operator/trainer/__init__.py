@@ -1,21 +1,24 @@
 """The PPO trainer that runs inside every worker pod.
 
-Layout, each layer importing only those above it (tests/test_layering.py: no cycle, not even through
-imports inside functions or for type checkers):
+Layout: packages in layers, each importing only those below it (tests/test_layering.py: no cycle between
+packages nor between modules, not even through imports inside functions or for type checkers):
 
-- `normalize` (streaming statistics); `ppo/`: the algorithm next to the paper: `returns` (GAE) and `policy`
-  (the numpy actor) in numpy, `networks`, `losses` and `objective` (the PPO loss) in TensorFlow.
-- `envs/`: the environments, wherever they run: `types`, `make`, `batch` (`BatchEnv`, subprocesses) with its
-  `worker` side and `shared` memory, `remote` (`RemoteBatchEnv`, the env-server client), `episodes`
-  (evaluation episodes). `envserver/`: the env server, its request checks and the wire `protocol`.
-- `sampling/`: `rollout` (the sampling loop), `training_env` (normalisers), `batch` (the PPO `Batch`, GAE),
-  `samplers` (one per placement of the environments).
-- `learner` (the TensorFlow graph and session), `distributed` (the cluster), `checkpoints`, `summaries`,
-  `metrics`, `progress`, `rundir`.
-- `loop` (rollout -> update -> outputs), `evaluator`, `visualize`, `plot` and `commands` (the CLI
-  sub-commands).
+- `ppo/`: the algorithm next to the paper: `normalize` (streaming statistics), `returns` (GAE) and `policy`
+  (the numpy actor) in numpy; `networks`, `losses`, `objective` (the PPO loss) and `epochs` (the K epochs of
+  minibatch steps) in TensorFlow.
+- `envs/`: the environments, wherever they run: `types`, `make`, `rollout` (the sampling loop `run`,
+  `Rollout`), `policy_message`, `batch` (`BatchEnv`, subprocesses) with its `worker` side, the `messages`
+  they exchange and the `shared` memory, `episodes` (evaluation episodes).
+- `envserver/`: the env server (`server`, its `requests` checks), its client (`client.RemoteBatchEnv`, a
+  `connection` per server) and the wire `protocol`.
+- `sampling/`: `training_env` (normalisers), `batch` (the PPO `Batch`, `to_batch`), `samplers` (one per
+  placement of the environments).
+- this package's own modules: `learner` (the TensorFlow graph and session) and `replicas` (the shared state,
+  the push), `iteration` (one PPO iteration, step by step), `distributed` (the cluster), `checkpoints`,
+  `summaries`, `metrics`, `progress`, `rundir`; `loop` (iterations -> outputs), `evaluator`, `visualize`,
+  `plot`, `usage` and `commands` (the CLI sub-commands).
 
-`normalize`, `ppo.returns`, `ppo.policy`, `envs/`, `envserver/` and `sampling/` never import TensorFlow:
+`ppo.normalize`, `ppo.returns`, `ppo.policy`, `envs/`, `envserver/` and `sampling/` never import TensorFlow:
 environment processes and env servers load them. TensorFlow is imported only by the modules that need it,
 never by this package itself.
 """

@@ -2,10 +2,11 @@
 
 - `types`: what every batch shares: `StepResult`, `EnvProcessError`, `BatchChecks`.
 - `make`: one environment (`make_env`) and the CPUs a batch may use.
+- `rollout`: the one sampling loop (`run`) and what it returns (`Rollout`), run in the trainer, in worker
+  processes and in env servers; `policy_message`: the policy as plain values, for whatever acts elsewhere.
 - `batch`: `BatchEnv`, the batch stepped by worker subprocesses (the parent's side); `worker`: what runs in
-  those processes; `shared`: the memory both sides share.
-- `remote`: `RemoteBatchEnv`, the environments of env servers with `BatchEnv`'s interface (the client of
-  `envserver`).
+  those processes; `messages`: what the two say to each other; `shared`: the memory both sides share.
+  (`envserver.client.RemoteBatchEnv`, above this package, has the same interface for env servers.)
 - `episodes`: whole episodes of the deterministic policy on one environment (evaluations, videos), each
   depending only on its seed; `BatchEnv.run_episodes` spreads them over its worker processes.
 
