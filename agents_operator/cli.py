@@ -70,7 +70,8 @@ def _local(args: argparse.Namespace) -> int:
     import logging
     from pathlib import Path
 
-    from agents_operator import local, sandbox
+    from agents_operator import local
+    from agents_operator.local import sandbox
 
     job = _load_job(args.file)
     if job is None:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from agents_operator import contract, exported, local, localreport, presets
+from agents_operator import contract, exported, local, presets
+from agents_operator.local import console
 from agents_operator.reconcile import rules
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
@@ -44,9 +45,9 @@ def test_the_bar_is_ended_before_other_lines_and_only_once():
 def test_last_error_is_the_latest_attempts_error_line():
     log = "\n".join(
         [
-            localreport.attempt_line(1),
+            console.attempt_line(1),
             "agents-operator train: error: old problem",
-            localreport.attempt_line(2),
+            console.attempt_line(2),
             "2026-12-01 INFO waiting for ps-0",
             "Traceback (most recent call last):",
             '  File "x.py", line 1, in <module>',
@@ -54,13 +55,13 @@ def test_last_error_is_the_latest_attempts_error_line():
             "",
         ]
     )
-    assert localreport.last_error(log) == "ValueError: env servers serve 4 environments in all, envs_per_worker is 8"
-    assert localreport.last_error(localreport.attempt_line(3) + "\nsegfault at 0x0\n") == "segfault at 0x0"
-    assert localreport.last_error(localreport.attempt_line(1) + "\n") is None
+    assert console.last_error(log) == "ValueError: env servers serve 4 environments in all, envs_per_worker is 8"
+    assert console.last_error(console.attempt_line(3) + "\nsegfault at 0x0\n") == "segfault at 0x0"
+    assert console.last_error(console.attempt_line(1) + "\n") is None
 
 
 def tracker(**metrics):
-    t = localreport.Tracker(16384, io.StringIO())
+    t = console.Tracker(16384, io.StringIO())
     t.last = metrics
     return t
 
@@ -101,7 +102,7 @@ def test_a_failure_shows_the_replicas_error_line_and_no_guess_about_progress(tmp
         sys.exit(2)
     """)
     launcher, outcome = run(job(worker, worker_policy="ExitCode"), tmp_path)
-    lines = local._closing_lines(launcher, outcome)
+    lines = launcher.closing_lines(outcome)
     assert lines[0].startswith("Failed (PermanentExitCode): pod t-worker-")
     assert lines[1].endswith(": agents-operator train: error: --set learning_rat: unknown setting")
     assert not any("no progress" in line for line in lines)
@@ -109,7 +110,7 @@ def test_a_failure_shows_the_replicas_error_line_and_no_guess_about_progress(tmp
 
 def test_without_an_error_line_or_progress_the_console_says_so(tmp_path):
     launcher = local.Launcher(job(["true"]), tmp_path, out=sys.stderr)
-    lines = local._closing_lines(launcher, rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded"))
+    lines = launcher.closing_lines(rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded"))
     assert "  no progress was reported (the chief's /metrics never answered)" in lines
 
 
@@ -143,8 +144,8 @@ def test_a_run_with_other_learning_settings_is_refused_before_anything_starts(tm
 def test_progress_starts_from_the_first_known_count_not_from_an_unknown_one(monkeypatch):
     """A resumed run's chief knows its counters only after restoring: its steps are not this run's speed."""
     now = [10.0]
-    monkeypatch.setattr(localreport.time, "monotonic", lambda: now[0])
-    t = localreport.Tracker(16384, io.StringIO())
+    monkeypatch.setattr(console.time, "monotonic", lambda: now[0])
+    t = console.Tracker(16384, io.StringIO())
     t.update({contract.METRIC_MEAN_RETURN: -5.0})  # served before the counters are known: no baseline
     assert t.last == {}
     t.update({contract.METRIC_ENV_STEPS: 8192.0})
@@ -159,9 +160,9 @@ def test_a_previous_runs_video_is_not_announced(tmp_path):
     video.parent.mkdir()
     video.write_bytes(b"GIF89a")
     done = rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded")
-    assert f"  video: {video}" in local._closing_lines(launcher, done)
+    assert f"  video: {video}" in launcher.closing_lines(done)
     os.utime(video, (launcher.since - 60, launcher.since - 60))
-    assert not any(line.startswith("  video:") for line in local._closing_lines(launcher, done))
+    assert not any(line.startswith("  video:") for line in launcher.closing_lines(done))
 
 
 def test_the_export_of_this_run_is_announced_with_how_to_use_it(tmp_path):
@@ -171,9 +172,9 @@ def test_the_export_of_this_run_is_announced_with_how_to_use_it(tmp_path):
     metadata.write_text("{}")
     done = rules.Outcome("Succeeded", rules.CHIEF_SUCCEEDED, "t-worker-0 succeeded")
     line = f"  exported policy: {metadata.parent}  (agents-operator evaluate --model {metadata.parent})"
-    assert line in local._closing_lines(launcher, done)
+    assert line in launcher.closing_lines(done)
     os.utime(metadata, (launcher.since - 60, launcher.since - 60))  # a previous run's
-    assert not any(line.startswith("  exported policy:") for line in local._closing_lines(launcher, done))
+    assert not any(line.startswith("  exported policy:") for line in launcher.closing_lines(done))
 
 
 @pytest.mark.parametrize(

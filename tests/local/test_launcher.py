@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from agents_operator import contract, local, tfconfig
+from agents_operator import contract, local, scrape, tfconfig
 from agents_operator.api import parse_job
 
 PY = sys.executable
@@ -262,10 +262,10 @@ def test_scrape_leaves_out_what_is_not_measured_yet():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        assert local.scrape.scrape(url) == {"agents_trainer_env_steps": 5.0}
+        assert scrape.scrape(url) == {"agents_trainer_env_steps": 5.0}
     finally:
         server.shutdown()
-    assert local.scrape.scrape(url, timeout=0.5) is None  # nobody listens any more
+    assert scrape.scrape(url, timeout=0.5) is None  # nobody listens any more
 
 
 # --- env servers as local processes ----------------------------------------------------------------------

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from agents_operator import contract
+from agents_operator import contract, exported
+from agents_operator.api import AgentsJob
+from agents_operator.reconcile.rules import Outcome
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
 
@@ -105,3 +107,42 @@ class Tracker:
         if self.rate:
             parts.append(f"{self.rate:.0f} env steps/s")
         return ", ".join(parts)
+
+
+def opening_line(job: AgentsJob, servers: int, logdir: Path) -> str:
+    """What the console says first: the job's replicas (`servers` env-server processes) and its run directory."""
+    counts = job.spec.replica_specs.counts()
+    placement = job.spec.environments.placement
+    return (
+        f"running AgentsJob {job.name}: {counts['ps']} ps, {counts['worker']} worker(s)"
+        + (f", {counts['evaluator']} evaluator" if counts["evaluator"] else "")
+        + (f", {servers} env server(s) ({placement})" if servers else "")
+        + f"; run directory {logdir}"
+    )
+
+
+def closing_lines(
+    outcome: Outcome | None, logdir: Path, since: float, summary: str | None, failed: tuple[str, Path] | None
+) -> list[str]:
+    """The console's last words on a job: how it ended (None: interrupted), why (the failed replica's own error
+    line: `failed` is its name and log), what it reached (`summary`), and where its files are (those written
+    since `since`: not a previous run's)."""
+    if outcome is None:
+        lines = ["Interrupted: stopped by the user; every replica was stopped"]
+    else:
+        lines = [f"{outcome.condition} ({outcome.reason}): {outcome.message}"]
+    error = read_last_error(failed[1]) if failed else None
+    if error:
+        lines.append(f"  {failed[0]}: {error}")
+    if summary:
+        lines.append(f"  {summary}")
+    elif not error:  # a failure that says why needs no guess at it
+        lines.append("  no progress was reported (the chief's /metrics never answered)")
+    lines.append(f"  run directory: {logdir}  (logs and the job's status in {logdir / rundir.LOGS})")
+    video, export = logdir / rundir.VIDEO, logdir / exported.DIRECTORY / exported.METADATA
+    succeeded = outcome is not None and outcome.succeeded
+    if succeeded and rundir.written_since(video, since):
+        lines.append(f"  video: {video}")
+    if succeeded and rundir.written_since(export, since):
+        lines.append(f"  exported policy: {export.parent}  (agents-operator evaluate --model {export.parent})")
+    return lines
