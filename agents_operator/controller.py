@@ -27,67 +27,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
-
-from agents_operator import api, chiefmetrics, naming, podview, reconcile, render
-from agents_operator.kube import ApiError, Kube
+from agents_operator import api, chiefmetrics, metrics_reader, naming, podview, reconcile, render
+from agents_operator.jobrecord import MEMORY_SECONDS, JobMemory, JobRecord
+from agents_operator.kube import ApiError, Executed, Kube, PlanInterrupted
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 """(namespace, job name)"""
 
-MEMORY_SECONDS = 60.0
-"""How long our own writes may stay unconfirmed by the watch before the cache is believed again."""
-METRICS_LIMIT = 1 << 20
-"""Most bytes of the chief's /metrics the operator reads (the trainer's are a few KiB). The endpoint is the
-job's own code, reachable by anyone the NetworkPolicy lets in: a bigger body is refused, not read."""
-METRICS_CHUNK = 64 << 10
-
 INDEX_JOBS, INDEX_PODS, INDEX_SERVICES = "agents_jobs", "agents_pods", "agents_services"
 INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES = "agents_deployments", "agents_networkpolicies"
 INDEXES = (INDEX_JOBS, INDEX_PODS, INDEX_SERVICES, INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES)
 """kopf's indexes (their handler ids), each from (namespace, job name) to the values kept of its objects."""
 Index = Mapping[Key, Iterable]
-
-
-@dataclass
-class JobMemory:
-    """What the operator keeps about one job between reconciles: writes it made that the watch may not have
-    delivered yet, and what the job's spec renders to."""
-
-    written_status: dict | None = None
-    written_at: float = 0.0
-    deleting: set[str] = field(default_factory=set)
-    counted: dict[str, int] = field(default_factory=dict)
-    failures: int = 0
-    desired: reconcile.DesiredCache = field(default_factory=reconcile.DesiredCache)
-    pod_events: dict[str, tuple[float, list[dict]]] = field(default_factory=dict)
-    """Events of pods that wait with nothing said: pod name -> (time.monotonic() when read, Events)."""
-
-
-@dataclass
-class JobRecord:
-    """All the controller keeps about one job."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    """Held by a reconcile or a progress write: one at a time per job."""
-    memory: JobMemory = field(default_factory=JobMemory)
-    dirty: bool = False
-    """Kicked since the last reconcile began: run once more."""
-    task: asyncio.Task | None = None
-    """The task that reconciles the job while it is dirty."""
-    wakeup: asyncio.TimerHandle | None = None
-    state: str | None = None
-    """The job's status.state as last planned, for the probe and the metrics."""
-    users: int = 0
-    """Coroutines waiting for or holding `lock`."""
-    forgotten: bool = False
-    """The job is gone: the record is dropped as soon as nothing uses it."""
-
-    @property
-    def busy(self) -> bool:
-        return self.users > 0 or (self.task is not None and not self.task.done())
 
 
 PROGRESS_INTERVAL = 5.0
@@ -240,18 +193,18 @@ class Controller:
                 self.metrics.observe(plan, outcome, time.perf_counter() - started)
             return await self._after(key, rec, job, plan, outcome)
 
-    async def _execute(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan) -> Any:
+    async def _execute(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan) -> Executed:
         try:
-            outcome = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
-        except Exception as err:
-            partial = getattr(err, "outcome", None)
-            if partial is not None:
-                self._learn(key, rec.memory, plan, partial)  # what did happen must not happen twice
-            raise
-        self._learn(key, rec.memory, plan, outcome)
-        return outcome
+            executed = await asyncio.to_thread(self.kube.execute, job, plan, self.now())
+        except PlanInterrupted as stopped:
+            self._learn(key, rec.memory, plan, stopped.executed)  # what did happen must not happen twice
+            raise stopped.cause from None
+        self._learn(key, rec.memory, plan, executed)
+        return executed
 
-    async def _after(self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan, outcome: Any) -> reconcile.Plan:
+    async def _after(
+        self, key: Key, rec: JobRecord, job: dict, plan: reconcile.Plan, outcome: Executed
+    ) -> reconcile.Plan:
         """Refusals reported, the state and the wake-up the plan asks for kept; Refused raised for a retry."""
         gone = outcome.job_gone or outcome.job_deleted
         if outcome.refused and not gone:
@@ -319,7 +272,7 @@ class Controller:
             memory.pod_events.update({name: (clock, events) for name, events in found.items()})
         return [podview.explained(p, memory.pod_events[p.name][1], now) if p.name in waiting else p for p in pods]
 
-    def _learn(self, key: Key, memory: JobMemory, plan: reconcile.Plan, outcome: Any) -> None:
+    def _learn(self, key: Key, memory: JobMemory, plan: reconcile.Plan, outcome: Executed) -> None:
         if outcome.job_gone or outcome.job_deleted:
             self.forget(key)
             return
@@ -425,21 +378,6 @@ class Controller:
 
     # --- progress ------------------------------------------------------------------------------------------
 
-    async def _fetch_metrics(self, key: Key, url: str) -> bytes | None:
-        """The chief's /metrics body, or None when unreadable: not up, not 200, too slow, or over METRICS_LIMIT."""
-        try:
-            timeout = aiohttp.ClientTimeout(total=self.options.metrics_timeout)
-            async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
-                if response.status != 200:
-                    return None
-                body = await _read_capped(response, METRICS_LIMIT)
-        except (aiohttp.ClientError, TimeoutError, OSError) as err:
-            log.debug("metrics of %s/%s not read from %s: %s", *key, url, err)
-            return None
-        if body is None:
-            log.warning("metrics of %s/%s at %s refused: larger than %d bytes", *key, url, METRICS_LIMIT)
-        return body
-
     async def read_progress(self, key: Key) -> dict | None:
         """Read the chief's /metrics and patch status.progress when it changed; None when not running."""
         job, *_ = self.observed(key)
@@ -450,8 +388,9 @@ class Controller:
         current = (written or job.get("status")) or {}
         if current.get("state") not in (api.RUNNING, api.RESTARTING):
             return None
-        port = _metrics_port(job)
-        body = await self._fetch_metrics(key, self.metrics_url(key[1], key[0], port)) if port else None
+        port = metrics_reader.metrics_port(job)
+        url = self.metrics_url(key[1], key[0], port) if port else None
+        body = await metrics_reader.fetch(url, self.options.metrics_timeout, f"{key[0]}/{key[1]}") if url else None
         if body is None:
             return None
         now = self.now()
@@ -473,15 +412,6 @@ class Controller:
                 rec.memory.written_status["progress"] = progress
 
 
-def _metrics_port(job: dict) -> int | None:
-    """The chief's metrics port, from the job's trainer settings; None when it serves none or cannot run."""
-    try:
-        parsed = api.parse_job({k: job[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-        return parsed.config.metrics_port or None
-    except (api.InvalidJob, KeyError, ValueError):
-        return None
-
-
 class Refused(Exception):
     """The API server refused to create some of a job's children (reported; the reconcile is retried later)."""
 
@@ -489,18 +419,6 @@ class Refused(Exception):
         self.refusals = refusals
         names = ", ".join(f"{r.kind.lower()} {r.name}" for r in refusals)
         super().__init__(f"the API server refused {names}: {refusals[0].message}")
-
-
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The body, or None when it is longer than `limit` bytes: then no more than about `limit` is read."""
-    if (response.content_length or 0) > limit:
-        return None
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(METRICS_CHUNK):
-        body += chunk
-        if len(body) > limit:
-            return None
-    return bytes(body)
 
 
 def _same_status(indexed: dict, written: dict) -> bool:

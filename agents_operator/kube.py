@@ -78,7 +78,7 @@ being deleted; validation): the same create will not succeed until something els
 
 
 @dataclass
-class Outcome:
+class Executed:
     """What executing a plan did."""
 
     created: Counter = field(default_factory=Counter)
@@ -88,9 +88,19 @@ class Outcome:
     job_gone: bool = False
     """The job disappeared while we worked (404 on its status): nothing more to do."""
     done: list = field(default_factory=list)
-    """Actions carried out (some of them when `execute` raised: the exception has this outcome as `.outcome`)."""
+    """Actions carried out (when `execute` stopped at an error, those before it: `PlanInterrupted.executed`)."""
     refused: list[reconcile.Refusal] = field(default_factory=list)
     """Creates the API server refused (`REFUSED`); the other creates of the plan were still attempted."""
+
+
+class PlanInterrupted(Exception):
+    """Executing a plan stopped at an error: `cause` is the error, `executed` what was done before it (which
+    must not be done twice)."""
+
+    def __init__(self, cause: Exception, executed: Executed):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.executed = executed
 
 
 class NoCluster(Exception):
@@ -290,19 +300,19 @@ class Kube:
 
     # --- plans -----------------------------------------------------------------------------------------------
 
-    def execute(self, job: dict, plan: reconcile.Plan, now: datetime | None = None) -> Outcome:
+    def execute(self, job: dict, plan: reconcile.Plan, now: datetime | None = None) -> Executed:
         """Carry out a plan: markers, then status, then deletes, then creates (Services before Pods), then the
         job's deletion; then its Events. Actions of one kind run in parallel (they are independent). Raises
-        ApiError on anything unexpected: the caller retries with a fresh plan, every action being safe to repeat."""
-        outcome = Outcome()
+        PlanInterrupted on anything unexpected (an ApiError, a lost connection): the caller retries with a fresh
+        plan, every action being safe to repeat."""
+        executed = Executed()
         try:
-            self._execute(job, plan, now, outcome)
+            self._execute(job, plan, now, executed)
         except Exception as err:
-            err.outcome = outcome  # type: ignore[attr-defined]
-            raise
-        return outcome
+            raise PlanInterrupted(err, executed) from err
+        return executed
 
-    def _execute(self, job: dict, plan: reconcile.Plan, now: datetime | None, outcome: Outcome) -> None:
+    def _execute(self, job: dict, plan: reconcile.Plan, now: datetime | None, outcome: Executed) -> None:
         meta = job["metadata"]
         namespace, name = meta.get("namespace") or "default", meta["name"]
         events: list[tuple[str, str, str]] = []

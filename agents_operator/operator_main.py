@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from agents_operator import jobstatus, reconcile, render
 from agents_operator.controller import PROGRESS_INTERVAL, RESYNC_INTERVAL, Controller, ControllerOptions
 from agents_operator.handlers import register
-from agents_operator.kube import CALLER_THREADS, Kube, Outcome
+from agents_operator.kube import CALLER_THREADS, Executed, Kube
 from agents_operator.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class OperatorMetrics:
         for state in jobstatus.ORDER:
             self.jobs.labels(state).set(0)
 
-    def observe(self, plan: reconcile.Plan, outcome: Outcome, seconds: float) -> None:
+    def observe(self, plan: reconcile.Plan, outcome: Executed, seconds: float) -> None:
         self.reconcile_seconds.observe(seconds)
         for kind, n in outcome.created.items():
             self.created.labels(kind).inc(n)
@@ -267,7 +267,7 @@ def settle_heap() -> None:
     A full garbage collection holds the GIL while it walks every tracked object, so it stalls the event loop
     whichever thread starts it. Of the collections a large job's reconciles set off, the modules (some 70k
     objects) made most of the cost: 50-175 ms each, the largest event-loop lags left once planning ran on a
-    worker thread (benchmarks/operator_loop.py).
+    worker thread (benchmarks/bench_operator_loop_lag.py).
     """
     gc.collect()
     gc.freeze()

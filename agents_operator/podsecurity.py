@@ -7,7 +7,7 @@ host-process containers; capabilities drop ALL and add only NET_BIND_SERVICE; no
 runAsNonRoot, never UID 0; seccomp RuntimeDefault or Localhost; default /proc mount; only the safe sysctls;
 only the container SELinux types and the default AppArmor profiles.
 
-`CHECKS` is what `api` turns into one CRD rule (and its Python twin) per pod template and check; `restrict_pod`
+`CHECKS` is what `api` turns into one CRD rule (and its Python twin) per pod template and check; `restrict_pod_spec`
 is what render does to every pod of a Restricted job, whatever its template says (validate refused the rest).
 """
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents_operator import naming, operator_main, podview, reconcile  # noqa: E402
 from agents_operator.controller import Controller  # noqa: E402
-from agents_operator.kube import Outcome  # noqa: E402
+from agents_operator.kube import Executed  # noqa: E402
 
 KEY = ("bench", "big")
 UID = "00000000-0000-4000-8000-00000000b1c0"
@@ -90,9 +90,9 @@ class EchoKube:
     def __init__(self, pods: Store, services: Store, others: Store) -> None:
         self.pods, self.services, self.others, self.plans = pods, services, others, 0
 
-    def execute(self, job: dict, plan: reconcile.Plan, now=None) -> Outcome:
+    def execute(self, job: dict, plan: reconcile.Plan, now=None) -> Executed:
         self.plans += 1
-        outcome = Outcome()
+        outcome = Executed()
         for action in plan.actions:
             match action:
                 case reconcile.Create(obj=obj) if action.kind == reconcile.KIND_POD:

@@ -1,8 +1,10 @@
-"""The run directory's `config.yaml`: written at the start of every run, the reference on resume.
+"""The run directory: its layout (`LAYOUT`: config, preset, checkpoints, summaries, logs, video, export), the
+files the trainer writes there (`config.yaml`, `preset`, `summary.yaml`) and the check that a run may resume.
 
-On `--resume` the saved config is the run's config. Settings given again (a preset with `--config`, or
-`--set`) must agree with it, except the few in `config.CHANGEABLE_ON_RESUME`, which do not change what an
-update learns (to train a finished run for longer, raise `total_steps`).
+`config.yaml` is written at the start of every run and is the reference on resume: on `--resume` the saved
+config is the run's config. Settings given again (a preset with `--config`, or `--set`) must agree with it,
+except the few in `config.CHANGEABLE_ON_RESUME`, which do not change what an update learns (to train a
+finished run for longer, raise `total_steps`).
 """
 
 from __future__ import annotations

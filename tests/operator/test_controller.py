@@ -13,10 +13,10 @@ from datetime import timedelta
 
 import pytest
 
-from agents_operator import chiefmetrics, jobstatus, operator_main, podview, reconcile
+from agents_operator import chiefmetrics, jobstatus, metrics_reader, operator_main, podview, reconcile
 from agents_operator import controller as ctl
 from agents_operator.controller import Controller
-from agents_operator.kube import ApiError, Outcome
+from agents_operator.kube import ApiError, Executed, PlanInterrupted
 
 from .world import NOW, World, make_job
 
@@ -36,14 +36,12 @@ class FakeKube:
         """Events by pod name, as `pod_events` returns them."""
         self.event_reads: list[list[str]] = []
 
-    def execute(self, job, plan, now=None) -> Outcome:
+    def execute(self, job, plan, now=None) -> Executed:
         self.plans.append(plan)
-        outcome = Outcome()
+        outcome = Executed()
         for i, action in enumerate(plan.actions):
             if self.fail_after is not None and i >= self.fail_after:
-                err = ApiError(500, "boom")
-                err.outcome = outcome  # type: ignore[attr-defined]
-                raise err
+                raise PlanInterrupted(ApiError(500, "boom"), outcome)
             outcome.done.append(action)
             if isinstance(action, reconcile.WriteStatus):
                 outcome.status_written = True
@@ -249,7 +247,7 @@ class _MetricsHandler(http.server.BaseHTTPRequestHandler):
         if self.server.declare and size is not None:
             self.send_header("Content-Length", str(size))
         self.end_headers()
-        chunk = SAMPLE * (ctl.METRICS_CHUNK // len(SAMPLE))
+        chunk = SAMPLE * (metrics_reader.METRICS_CHUNK // len(SAMPLE))
         try:
             while size is None or self.server.sent < size:
                 part = chunk if size is None else chunk[: size - self.server.sent]
@@ -305,13 +303,13 @@ async def test_a_hostile_metrics_body_is_refused_after_the_cap(serve_metrics, ca
     assert progress is None and fake.patches == []
     assert "refused: larger than" in caplog.text
     # Sent, not read: what the kernel buffers on both ends of the loopback connection comes on top of the cap.
-    assert server.sent < ctl.METRICS_LIMIT + (16 << 20)
-    assert peak < 4 * ctl.METRICS_LIMIT
+    assert server.sent < metrics_reader.METRICS_LIMIT + (16 << 20)
+    assert peak < 4 * metrics_reader.METRICS_LIMIT
     assert lag < 0.5  # reading and parsing the whole of a 200 MB body held the loop up for 24 s
 
 
 async def test_metrics_under_the_cap_are_parsed_off_the_event_loop(serve_metrics, monkeypatch):
-    server = serve_metrics(ctl.METRICS_LIMIT)
+    server = serve_metrics(metrics_reader.METRICS_LIMIT)
     controller, fake = controller_for(running_world())
     controller.metrics_url = lambda job, ns, port: server.url
     on_loop = []

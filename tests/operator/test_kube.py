@@ -160,8 +160,10 @@ async def test_other_api_errors_still_raise(client, kmock):
     kmock["post /api/v1/namespaces/ns/pods"] << InternalError
     job = make_job()
     kmock.objects["agents.dev/v1alpha1/agentsjobs", "ns", "pj"] = job
-    with pytest.raises(kube.ApiError, match="HTTP 500"):
+    with pytest.raises(kube.PlanInterrupted, match="HTTP 500") as stopped:
         await asyncio.to_thread(client.execute, job, reconcile.plan(job, [], now=NOW), NOW)
+    assert isinstance(stopped.value.cause, kube.ApiError) and stopped.value.cause.status == 500
+    assert stopped.value.executed.created["Service"] == 3  # done before the error, not to be done twice
 
 
 def test_a_long_list_of_children_is_cut_short_in_an_event():

@@ -71,7 +71,7 @@ class BatchEnv(BatchChecks):
     Environment j is seeded with `seed + j` on the first `reset`; later resets, including the automatic
     ones after an episode ends, continue each environment's random stream. `envs_per_process` defaults to
     spreading the batch evenly over one process per usable CPU, which measured fastest
-    (see `benchmarks/sampling.py`). Only Box observation and action spaces are supported.
+    (see `benchmarks/bench_sampling_throughput.py`). Only Box observation and action spaces are supported.
 
     After any failure (an environment raised, a worker died, an interrupt mid-step) the batch is unusable:
     close it and make a new one.
