@@ -81,14 +81,7 @@ def _convert(node: dict, defs: dict, in_spec: bool) -> dict:
         out["type"] = "object"
         out["properties"] = {k: _convert(v, defs, in_spec) for k, v in node["properties"].items()}
         if in_spec:
-            # An omitted object section defaults to its own fields' defaults, written out in full, so that
-            # stored objects show every effective value. Written out rather than `{}`: the API server checks
-            # a section's CEL rules against its `default` exactly as written, without nested defaults, and a
-            # rule that reads `self.placement` fails on `{}` ("no such key"), so the CRD would be refused.
-            for name, prop in out["properties"].items():
-                optional_section = prop.get("type") == "object" and name not in out.get("required", [])
-                if optional_section and not (_NO_DEFAULT_KEYS & set(prop)):
-                    prop["default"] = _written_defaults(prop)
+            _default_sections(out)
     if node.get("additionalProperties") is True:
         out["type"] = "object"
         out["x-kubernetes-preserve-unknown-fields"] = True
@@ -100,6 +93,17 @@ def _convert(node: dict, defs: dict, in_spec: bool) -> dict:
     if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
+
+
+def _default_sections(out: dict) -> None:
+    """An omitted object section defaults to its own fields' defaults, written out in full, so that stored
+    objects show every effective value. Written out rather than `{}`: the API server checks a section's CEL
+    rules against its `default` exactly as written, without nested defaults, and a rule that reads
+    `self.placement` fails on `{}` ("no such key"), so the CRD would be refused."""
+    for name, prop in out["properties"].items():
+        optional_section = prop.get("type") == "object" and name not in out.get("required", [])
+        if optional_section and not (_NO_DEFAULT_KEYS & set(prop)):
+            prop["default"] = _written_defaults(prop)
 
 
 def _written_defaults(node: dict) -> dict:
