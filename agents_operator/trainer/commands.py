@@ -22,10 +22,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from agents_operator import exported, naming, presets, tfconfig
+from agents_operator import contract, exported, naming, presets, tfconfig
 from agents_operator.config import TrainerConfig, describe, field_name
 from agents_operator.trainer import checkpoints, rundir, usage
-from agents_operator.trainer.envserver import DEFAULT_PORT  # a constant: the server itself loads on use
 
 FAILED = 1
 USAGE_ERROR = 2
@@ -151,7 +150,9 @@ def _add_env_server(subparsers: argparse._SubParsersAction) -> None:
         "(then close them and exit 0). Environment j is seeded with --seed + j. See docs/envserver.md.",
     )
     env_server.add_argument("--env", required=True, metavar="ID", help="gymnasium environment id")
-    env_server.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0: any)")
+    env_server.add_argument(
+        "--port", type=int, default=contract.ENV_SERVER_PORT, help="port (default %(default)s; 0: any)"
+    )
     env_server.add_argument("--envs", type=int, default=1, help="environments to serve (default 1)")
     env_server.add_argument("--seed", type=int, default=0, help="seed of the first environment (default 0)")
     env_server.add_argument("--max-episode-steps", type=int, help="time limit (default: the environment's own)")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents_operator import tfconfig
-from agents_operator.local import free_port
+from agents_operator.local.processes import free_port
 from agents_operator.trainer import distributed
 
 SCRIPT = Path(__file__).with_name("tiny_replica.py")

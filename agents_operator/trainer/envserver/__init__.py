@@ -10,8 +10,5 @@ docs/envserver.md.
 Above `envs` (the server serves a `BatchEnv`; the client returns its `StepResult`s and `Rollout`s), below
 `sampling`.
 
-This package's own module imports nothing heavy, so the CLI can read `DEFAULT_PORT` cheaply.
+An env server listens on `contract.ENV_SERVER_PORT` unless told otherwise.
 """
-
-DEFAULT_PORT = 50051
-"""The gRPC port an env server listens on unless told otherwise (the conventional gRPC port)."""

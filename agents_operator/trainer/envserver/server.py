@@ -51,10 +51,11 @@ import grpc
 import gymnasium
 import numpy as np
 
+from agents_operator import contract
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes, run_episodes
 from agents_operator.trainer.envs.types import EnvProcessError
-from agents_operator.trainer.envserver import DEFAULT_PORT, protocol, requests
+from agents_operator.trainer.envserver import protocol, requests
 from agents_operator.trainer.envserver.requests import Limits, Refused
 
 _LOG = logging.getLogger(__name__)
@@ -413,7 +414,7 @@ def start(service: EnvService, port: int, host: str = ALL_INTERFACES) -> tuple[g
 def serve(
     env_id: str,
     num_envs: int,
-    port: int = DEFAULT_PORT,
+    port: int = contract.ENV_SERVER_PORT,
     seed: int = 0,
     max_episode_steps: int | None = None,
     envs_per_process: int | None = None,
