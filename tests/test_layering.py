@@ -151,6 +151,33 @@ def test_the_trainers_packages_import_one_another_in_layers():
     assert cycle is None, "package import cycle: " + " -> ".join(cycle)
 
 
+OPERATOR_PACKAGES = tuple(
+    f"{PACKAGE}.{name}" for name in ("api", "render", "reconcile", "local", "exported", "trainer")
+)
+"""The sub-packages of agents_operator, each one node of its package graph (the trainer's are checked above)."""
+
+
+def _operator_node(module: str) -> str:
+    return next((p for p in OPERATOR_PACKAGES if module == p or module.startswith(p + ".")), module)
+
+
+def test_the_operators_packages_and_modules_import_one_another_in_layers():
+    """agents_operator's modules and its sub-packages (each taken whole) import one another without a cycle: no
+    module of `api`, `render`, `reconcile`, `local`, `exported` or `trainer` imports one that imports it back."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _graph(PACKAGE, runtime_only=False).items():
+        node = _operator_node(module)
+        graph.setdefault(node, set()).update({_operator_node(i) for i in imported} - {node})
+    assert set(OPERATOR_PACKAGES) <= graph.keys()
+    cycle = _cycle(graph)
+    assert cycle is None, "package import cycle: " + " -> ".join(cycle)
+
+
+def test_agents_operator_has_no_import_cycle():
+    cycle = _cycle(_graph(PACKAGE, runtime_only=False))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
 @pytest.mark.parametrize(
     "module", [m for m in _modules() if any(m == p or m.startswith(p + ".") for p in TENSORFLOW_FREE)]
 )
