@@ -50,9 +50,21 @@ def metrics_port_free(metrics_port: int, placement: str, env_port: int) -> bool:
     return metrics_port != tfconfig.DEFAULT_PORT and (placement == "colocated" or metrics_port != env_port)
 
 
-def _unchanged(section: str) -> Callable[[AgentsJob, AgentsJob | None], bool]:
-    """The twin of `self == oldSelf` on a section of the spec."""
-    return lambda new, old: old is None or getattr(new.spec, section) == getattr(old.spec, section)
+def _immutable(section: str, why: str) -> Rule:
+    """`spec.<section>` may not change on an update (`self == oldSelf`; its twin compares the parsed sections)."""
+    attribute = _attribute(section)
+    return Rule(
+        at=("spec", section),
+        cel="self == oldSelf",
+        message=f"{section} is immutable" + (f": {why}" if why else ""),
+        field=f"spec.{section}",
+        check=lambda new, old: old is None or getattr(new.spec, attribute) == getattr(old.spec, attribute),
+    )
+
+
+def _attribute(name: str) -> str:
+    """The model's attribute of a camelCase field name."""
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), name)
 
 
 def _remote_servers_fit(job: AgentsJob) -> bool:
@@ -177,34 +189,10 @@ RULES: tuple[Rule, ...] = (
         field="spec.environments.serversPerWorker",
         check=lambda new, _: _remote_servers_fit(new),
     ),
-    Rule(
-        at=("spec", "environments"),
-        cel="self == oldSelf",
-        message="environments is immutable: every worker's command names its env servers",
-        field="spec.environments",
-        check=_unchanged("environments"),
-    ),
-    Rule(
-        at=("spec", "trainer"),
-        cel="self == oldSelf",
-        message="trainer is immutable: the run directory's config.yaml must match its checkpoints",
-        field="spec.trainer",
-        check=_unchanged("trainer"),
-    ),
-    Rule(
-        at=("spec", "storage"),
-        cel="self == oldSelf",
-        message="storage is immutable: the run directory cannot move under a running job",
-        field="spec.storage",
-        check=_unchanged("storage"),
-    ),
-    Rule(
-        at=("spec", "successPolicy"),
-        cel="self == oldSelf",
-        message="successPolicy is immutable",
-        field="spec.successPolicy",
-        check=_unchanged("success_policy"),
-    ),
+    _immutable("environments", "every worker's command names its env servers"),
+    _immutable("trainer", "the run directory's config.yaml must match its checkpoints"),
+    _immutable("storage", "the run directory cannot move under a running job"),
+    _immutable("successPolicy", ""),
 )
 
 
@@ -225,11 +213,6 @@ def template(job: AgentsJob, path: str) -> PodTemplate | None:
         if node is None:
             return None
     return node  # type: ignore[return-value]
-
-
-def _attribute(name: str) -> str:
-    """The model's attribute of a camelCase field name."""
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), name)
 
 
 def _restricted_rule(path: str, check: podsecurity.Check) -> Rule:
