@@ -75,9 +75,9 @@ def learner_round(learner: Learner, batch: Batch) -> Round:
 def per_minibatch_round(config: TrainerConfig, batch: Batch, weights: list[np.ndarray]) -> Round:
     """One session run per minibatch, the minibatches cut from numpy permutations."""
     with tf.Graph().as_default() as graph:
-        feeds = learner_module._placeholders(batch.observations.shape[1], batch.actions.shape[1])
-        local = learner_module._Local.create(config, batch.observations.shape[1], batch.actions.shape[1])
-        optimizer, _ = learner_module._optimizer(config, local)
+        feeds = learner_module.placeholders(batch.observations.shape[1], batch.actions.shape[1])
+        local = learner_module.LocalCopy.create(config, batch.observations.shape[1], batch.actions.shape[1])
+        optimizer, _ = learner_module.local_optimizer(config, local)
         train_op, metrics = learner_module.minibatch_step(config, local, optimizer, feeds)
         assigns = [v.assign(w) for v, w in zip(local.networks.variables(), weights, strict=True)]
         init = tf.compat.v1.global_variables_initializer()

@@ -18,15 +18,7 @@ HELPERS = {
 }
 """Files in benchmarks/ that are no benchmark of their own, and why each is there."""
 
-KNOWN_PRIVATE = {
-    # bench_gradient_step's per_minibatch variant rebuilds the learner's minibatch step one session run per
-    # minibatch (how the learner ran before), and agents_operator.trainer.learner has no public way to make its
-    # parts: the batch placeholders, the worker's local copy, and its Adam with the learning-rate schedule. They
-    # go once the learner's owner exposes them (proposed: `placeholders`, `LocalCopy`, `local_optimizer`).
-    ("bench_gradient_step.py", "learner_module._placeholders"),
-    ("bench_gradient_step.py", "learner_module._Local"),
-    ("bench_gradient_step.py", "learner_module._optimizer"),
-}
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 """(file, use) of private names that benchmarks still need: any other use fails `test_no_private_names`."""
 
 PACKAGE = "agents_operator"

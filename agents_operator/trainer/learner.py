@@ -1,18 +1,17 @@
 """The PPO learner: one TensorFlow graph (tf.compat.v1 graph mode) and the session that runs it.
 
-Everything that is state lives in TF variables created by `build_graph`: the network weights, Adam's
-slots, the global step, the environment-step and iteration counters, BatchPPO's KL penalty coefficient
-and the normaliser statistics. `build_graph` takes a device setter (None locally;
-`tf.compat.v1.train.replica_device_setter(...)` in the distributed trainer), so the same graph places its
-variables on parameter servers and its ops on the worker. A checkpoint of those variables is the whole
-training state.
+Everything that is state lives in TF variables created by `build_graph`: the network weights, Adam's slots, the
+global step, the environment-step and iteration counters, BatchPPO's KL penalty coefficient and the normaliser
+statistics. `build_graph` takes a device setter (None locally; `tf.compat.v1.train.replica_device_setter(...)`
+in the distributed trainer), so the same graph places its variables on parameter servers and its ops on the
+worker. A checkpoint of those variables is the whole training state.
 
-Per iteration (`iteration.iterate` calls `update`, then `finish_iteration`) the session runs a pull of the
-shared weights into the local copy, the update (every epoch's minibatch Adam steps in one session run:
-`ppo.epochs`, a `tf.while_loop` over the batch, fed once, shuffled in the graph), a push of the change
-(`replicas`), and `finish_iteration` (counters, normaliser sums, KL penalty, and a read of every weight for
-the numpy actor). Acting never runs it. The graph lives in its own `tf.Graph`, which is graph mode whether or
-not eager execution is enabled in the process, so tests and tools can build learners side by side.
+Per iteration (`iteration.iterate` calls `update`, then `finish_iteration`) the session runs a pull of the shared
+weights into the local copy, the update (every epoch's minibatch Adam steps in one session run: `ppo.epochs`, a
+`tf.while_loop` over the batch, fed once, shuffled in the graph), a push of the change (`replicas`), and
+`finish_iteration` (counters, normaliser sums, KL penalty, and a read of every weight for the numpy actor).
+Acting never runs it. The graph lives in its own `tf.Graph`, which is graph mode whether or not eager
+execution is enabled in the process, so tests and tools can build learners side by side.
 """
 
 from __future__ import annotations
@@ -95,7 +94,7 @@ def build_graph(
     return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync_replicas)
 
 
-def _placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
+def placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
     """What a batch feeds, by the name of its `Batch` field."""
     v1 = tf.compat.v1
     return {
@@ -111,7 +110,7 @@ def _placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
 
 
 @dataclass
-class _Local:
+class LocalCopy:
     """This worker's copy: the networks the PPO epochs update, the shared weights they started from
     (`anchor`), and the counters the update reads."""
 
@@ -121,7 +120,7 @@ class _Local:
     kl_beta: tf.Variable
 
     @classmethod
-    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> _Local:
+    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> LocalCopy:
         with tf.compat.v1.variable_scope("local"):
             networks = Networks.create(obs_dim, act_dim, config)
             with tf.compat.v1.variable_scope("anchor"):
@@ -147,7 +146,7 @@ class _Local:
         return ppo_objective(config, feeds, mean, self.networks.log_std, value, self.kl_beta)
 
 
-def _optimizer(config: TrainerConfig, local: _Local) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
+def local_optimizer(config: TrainerConfig, local: LocalCopy) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
     """This worker's Adam and its learning rate after the schedule (by the env steps counted so far)."""
     learning_rate = tf.constant(config.learning_rate)
     if config.lr_schedule == "linear":
@@ -157,7 +156,7 @@ def _optimizer(config: TrainerConfig, local: _Local) -> tuple[tf.compat.v1.train
 
 
 def minibatch_step(
-    config: TrainerConfig, local: _Local, optimizer: tf.compat.v1.train.Optimizer, minibatch: dict[str, tf.Tensor]
+    config: TrainerConfig, local: LocalCopy, optimizer: tf.compat.v1.train.Optimizer, minibatch: dict[str, tf.Tensor]
 ) -> tuple[tf.Operation, dict[str, tf.Tensor]]:
     """One Adam step on the local copy over `minibatch`, and its metrics by name (`epochs.STEP_METRICS`)."""
     objective = local.objective(config, minibatch)
@@ -173,10 +172,10 @@ def minibatch_step(
     return train_op, {**objective.metrics, "grad_norm": grad_norm}
 
 
-def _update(config: TrainerConfig, local: _Local, batch: dict[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
+def _update(config: TrainerConfig, local: LocalCopy, batch: dict[str, tf.Tensor], seed: tf.Tensor) -> dict:
     """The update on the local copy (`epochs.optimize` of `minibatch_step`s with this worker's Adam): the means of
     `epochs.STEP_METRICS` over its minibatches and the learning rate, by name."""
-    optimizer, learning_rate = _optimizer(config, local)
+    optimizer, learning_rate = local_optimizer(config, local)
     means = epochs.optimize(config, lambda minibatch: minibatch_step(config, local, optimizer, minibatch), batch, seed)
     return {**means, "learning_rate": learning_rate}
 
@@ -217,13 +216,13 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     """`build_graph` with its device scopes made. The variables are created first, in a fixed order, so that
     their initial values depend only on the seed."""
     v1 = tf.compat.v1
-    feeds = _placeholders(obs_dim, act_dim)
+    feeds = placeholders(obs_dim, act_dim)
     update_seed = v1.placeholder(tf.int64, [2], "update_seed")
     with shared_scope():
         shared = replicas.Shared.create(config, obs_dim, act_dim)
     shared_variables = list(v1.global_variables())
     with local_scope():
-        local = _Local.create(config, obs_dim, act_dim)
+        local = LocalCopy.create(config, obs_dim, act_dim)
     pull = local.pull(shared)
     with local_scope():
         update = _update(config, local, feeds, update_seed)

@@ -45,9 +45,9 @@ def _batch(learner: Learner, seed: int = 0) -> learner_module.Batch:
 def _update_per_minibatch(config: TrainerConfig, weights: list[np.ndarray], batch, seed) -> tuple[dict, list]:
     """The metrics (means over the minibatches) and the final weights of one session run per minibatch."""
     with tf.Graph().as_default() as graph:
-        feeds = learner_module._placeholders(OBS, ACT)
-        local = learner_module._Local.create(config, OBS, ACT)
-        optimizer, learning_rate = learner_module._optimizer(config, local)
+        feeds = learner_module.placeholders(OBS, ACT)
+        local = learner_module.LocalCopy.create(config, OBS, ACT)
+        optimizer, learning_rate = learner_module.local_optimizer(config, local)
         train_op, metrics = learner_module.minibatch_step(config, local, optimizer, feeds)
         indices = epochs.minibatch_indices(config, SIZE, tf.constant(seed, tf.int64))
         assigns = [v.assign(w) for v, w in zip(local.networks.variables(), weights, strict=True)]
