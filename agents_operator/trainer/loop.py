@@ -177,6 +177,16 @@ class _Run:
         self.sampler = samplers.for_placement(self.env, self.config, self.rng, self.env_servers)
         return state
 
+    def _reconnect(self, error: Exception) -> LearnerState:
+        """After a lost ps: reconnect (the chief restoring its latest checkpoint) and return the live state."""
+        if self.cluster is None:
+            raise error
+        self.outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
+        self.learner.reconnect(self.restore)
+        state = self.learner.state()
+        _share_statistics(self.env, state)
+        return state
+
     def iteration(self, state: LearnerState) -> LearnerState:
         """One PPO iteration (`iteration.iterate`) and its outputs; after a lost ps, reconnect and return the live
         state."""
@@ -185,13 +195,7 @@ class _Run:
         try:
             done = iterate(state, self.sampler, self.learner, config, self.rng)
         except distributed.LOST_CONNECTION as error:
-            if self.cluster is None:
-                raise
-            self.outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
-            self.learner.reconnect(self.restore)
-            state = self.learner.state()
-            _share_statistics(self.env, state)
-            return state
+            return self._reconnect(error)
         state = done.state
         _share_statistics(self.env, state)
         result.sampling_steps += done.steps
@@ -202,7 +206,11 @@ class _Run:
         if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not finished:
             self.outputs.evaluate(state, self.env.observations)
         if self.chief and (state.iterations % config.checkpoint_every == 0 or finished):
-            self.outputs.progress.note(f"checkpoint {checkpoints.save(self.learner, self.logdir, state.iterations)}")
+            try:  # the checkpoint reads every variable from the ps: it may be lost meanwhile too
+                saved = checkpoints.save(self.learner, self.logdir, state.iterations)
+            except distributed.LOST_CONNECTION as error:
+                return self._reconnect(error)
+            self.outputs.progress.note(f"checkpoint {saved}")
         self.outputs.iteration(
             state,
             done.metrics,
