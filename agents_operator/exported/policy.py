@@ -12,12 +12,14 @@ runs them, so what it does here is what a served model does:
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from agents_operator import exported
+from agents_operator import exported, tflogs
 from agents_operator.exported import ExportError, Metadata
 
 __all__ = ["ExportError", "Metadata", "Policy", "load"]
@@ -70,4 +72,18 @@ def load(directory: str | Path) -> Policy:
     missing = [name for name in (exported.ACT, exported.SAMPLE) if name not in model.signatures]
     if missing:
         raise ExportError(f"{directory}: the SavedModel has no signature {', '.join(missing)}")
-    return Policy(directory, model, metadata)
+    policy = Policy(directory, model, metadata)
+    _warm_up(policy)
+    return policy
+
+
+def _warm_up(policy: Policy) -> None:
+    """Run each signature once, so that TensorFlow optimises its graph now, with its native warnings (grappler's
+    "Not handling type DT_DOUBLE" for the float64 networks, ten per signature) filtered (`tflogs`), and not at the
+    user's first action."""
+    observation = np.zeros(policy.metadata.observation_shape, np.float32)
+    with contextlib.ExitStack() as stack:
+        if not tflogs.shown(os.environ):
+            stack.enter_context(tflogs.filtered_stderr())
+        policy(observation)
+        policy.sample(observation, seed=0)

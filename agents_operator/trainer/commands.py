@@ -14,27 +14,30 @@ import json
 import logging
 import os
 import statistics
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from agents_operator import contract, exported, naming, presets, tfconfig
+from agents_operator import contract, exported, naming, presets, tfconfig, tflogs
 from agents_operator.config import TrainerConfig, describe, field_name
-from agents_operator.trainer import checkpoints, rundir, usage
-
-FAILED = 1
-USAGE_ERROR = 2
-INTERRUPTED = 130
+from agents_operator.trainer import checkpoints, reporting, rundir, usage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """The trainer's sub-commands, in the order `--help` lists them."""
+    others = set(subparsers.choices)
     for add in (_add_train, _add_visualize, _add_evaluate, _add_export, _add_collect, _add_plot, _add_env_server):
         add(subparsers)
+    for name, parser in subparsers.choices.items():
+        if name not in others:
+            parser.add_argument(
+                "-v",
+                "--verbose",
+                action="store_true",
+                help=f"show TensorFlow's own log lines too (as {tflogs.ENV_VAR}=1 does)",
+            )
 
 
 def _add_train(subparsers: argparse._SubParsersAction) -> None:
@@ -62,7 +65,7 @@ def _add_train(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue the run in --logdir with its saved config.yaml (--config is then optional)",
     )
-    train.set_defaults(func=_reporting("train", run_train))
+    train.set_defaults(func=reporting.command("train", run_train))
 
 
 def _add_visualize(subparsers: argparse._SubParsersAction) -> None:
@@ -76,7 +79,7 @@ def _add_visualize(subparsers: argparse._SubParsersAction) -> None:
     visualize.add_argument("--out", required=True, type=Path, help="output file, .gif or .mp4")
     visualize.add_argument("--episodes", type=int, default=1, help="episodes to render (default 1)")
     _env_server_option(visualize, "play and render the episodes on this env server (serving the policy's environment)")
-    visualize.set_defaults(func=_reporting("visualize", run_visualize))
+    visualize.set_defaults(func=reporting.command("visualize", run_visualize))
 
 
 def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
@@ -92,7 +95,7 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
         "--seed", type=int, help="seed of the first episode (default: the trainer's evaluation seeds of the policy)"
     )
     _env_server_option(evaluate, "play the episodes on this env server (serving the policy's environment), not here")
-    evaluate.set_defaults(func=_reporting("evaluate", run_evaluate))
+    evaluate.set_defaults(func=reporting.command("evaluate", run_evaluate))
 
 
 def _add_export(subparsers: argparse._SubParsersAction) -> None:
@@ -108,7 +111,7 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--checkpoint", type=int, metavar="N", help="checkpoint ckpt-N (default: the latest)")
     export.add_argument("--out", required=True, type=Path, help="directory to write; must not exist")
     export.add_argument("--replace", action="store_true", help="replace --out if it exists")
-    export.set_defaults(func=_reporting("export", run_export))
+    export.set_defaults(func=reporting.command("export", run_export))
 
 
 def _add_collect(subparsers: argparse._SubParsersAction) -> None:
@@ -127,7 +130,7 @@ def _add_collect(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--steps", type=int, default=1000, help="steps per environment (default 1000)")
     collect.add_argument("--seed", type=int, default=0, help="seed of the sampling noise (default 0)")
     collect.add_argument("--out", required=True, type=Path, help="output file, .npz; must not exist")
-    collect.set_defaults(func=_reporting("collect", run_collect))
+    collect.set_defaults(func=reporting.command("collect", run_collect))
 
 
 def _add_plot(subparsers: argparse._SubParsersAction) -> None:
@@ -139,7 +142,7 @@ def _add_plot(subparsers: argparse._SubParsersAction) -> None:
     plot.add_argument("--logdir", required=True, nargs="+", type=Path, help="run directories")
     plot.add_argument("--out", required=True, type=Path, help="output image (.png, .svg, .pdf)")
     plot.add_argument("--tag", default="train/mean_return", help="summary tag (default train/mean_return)")
-    plot.set_defaults(func=_reporting("plot", run_plot))
+    plot.set_defaults(func=reporting.command("plot", run_plot))
 
 
 def _add_env_server(subparsers: argparse._SubParsersAction) -> None:
@@ -159,7 +162,7 @@ def _add_env_server(subparsers: argparse._SubParsersAction) -> None:
     env_server.add_argument(
         "--envs-per-process", type=int, help="environments per subprocess (default: spread over the usable CPUs)"
     )
-    env_server.set_defaults(func=_reporting("env-server", run_env_server))
+    env_server.set_defaults(func=reporting.command("env-server", run_env_server))
 
 
 def _policy_source(parser: argparse.ArgumentParser) -> None:
@@ -170,29 +173,6 @@ def _policy_source(parser: argparse.ArgumentParser) -> None:
 
 def _env_server_option(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--env-server", metavar="HOST:PORT", help=text)
-
-
-def _reporting(name: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`command` with a usage.UsageError or an ExportError (exit code 2) or a CheckpointError (exit code 1) as one
-    line on stderr."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except usage.UsageError as error:
-            print(f"agents-operator {name}: error: {error}", file=sys.stderr)
-            return USAGE_ERROR
-        except exported.ExportError as error:
-            print(f"agents-operator {name}: error: {error}", file=sys.stderr)
-            return USAGE_ERROR
-        except checkpoints.CheckpointError as error:
-            print(f"agents-operator {name}: error: {error}", file=sys.stderr)
-            return FAILED
-        except KeyboardInterrupt:
-            print(f"agents-operator {name}: interrupted", file=sys.stderr)
-            return INTERRUPTED
-
-    return run
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -419,8 +399,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def _quiet_tensorflow() -> None:
-    """Log lines for people: no TensorFlow start-up chatter or deprecation notices, INFO from the trainer."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    """Log lines for people: INFO from the trainer; TensorFlow's Python loggers (deprecation notices, how a
+    SavedModel names its captured inputs) only with `-v` (its native lines: `tflogs`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if tflogs.shown(os.environ):
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    logging.getLogger("absl").setLevel(logging.WARNING)  # e.g. how a SavedModel names its captured inputs
+    logging.getLogger("absl").setLevel(logging.WARNING)
