@@ -29,7 +29,7 @@ class PureDumper(_NoAliases, yaml.SafeDumper):
 
 Dumper: type = type("Dumper", (_NoAliases, yaml.CSafeDumper), {}) if hasattr(yaml, "CSafeDumper") else PureDumper
 """libyaml's emitter where PyYAML was built with it: the same text, 15 to 20 times faster (a 999 ps + 999 worker
-job is 135 MB of YAML: 10 s instead of 205 s); tests/test_render.py holds the two to the same output."""
+job is 135 MB of YAML: 10 s instead of 205 s); tests/test_manifests.py holds the two to the same output."""
 
 
 def dump(obj: Any) -> str:

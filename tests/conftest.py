@@ -1,4 +1,5 @@
-"""Settings for the whole suite: how `make test` spreads it over pytest-xdist workers."""
+"""Settings for the whole suite: how `make test` spreads it over pytest-xdist workers; and `trained`, the one
+fixture that test files of several packages share (an exported run)."""
 
 import os
 
@@ -31,3 +32,33 @@ class OneClusterScheduling(LoadScopeScheduling):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     return OneClusterScheduling(config, log)
+
+
+EXPORT_RUN = {
+    "envs_per_worker": 2,
+    "envs_per_process": 2,
+    "rollout_steps": 64,
+    "minibatches": 4,
+    "epochs": 2,
+    "eval_every": 0,
+    "eval_episodes": 2,
+    "max_episode_steps": 40,
+    "total_steps": 128,
+    "metrics_port": 0,
+    "video_episodes": 0,
+}
+"""The settings of `trained`: one iteration of the pendulum preset, with short episodes."""
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A run of one iteration, which the chief ends by exporting its policy to exported/: for the tests of the
+    trainer's export (tests/trainer/test_export.py), of playing a policy (test_playback.py) and of the loader
+    (tests/exported/test_policy.py). Trained once per session (per pytest-xdist worker that needs it)."""
+    from agents_operator import presets
+    from agents_operator.trainer import loop
+
+    logdir = tmp_path_factory.mktemp("export") / "run"
+    config = presets.resolve("pendulum", EXPORT_RUN)
+    loop.train(config, logdir, preset="pendulum")
+    return config, logdir

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from agents_operator import api, cli, manifests, render
 from agents_operator.api import InvalidJob, parse_job
-from tests.test_api import manifest
+from tests.api.cases import manifest
 
 TEMPLATE = "spec.replicaSpecs.worker.template"
 PATHS = [

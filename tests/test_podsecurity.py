@@ -17,7 +17,7 @@ import pytest
 from agents_operator import local, manifests, reconcile, render
 from agents_operator.api import parse_job
 from agents_operator.reconcile import Create
-from tests.test_api import ESCALATIONS
+from tests.api.cases import ESCALATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from agents_operator import api, naming, presets, render
 from agents_operator.api import InvalidJob, parse_job
+from tests.api.cases import ESCALATIONS, schema_valid
 from tests.crdtools import cel_verdict, parsed
-from tests.test_api import ESCALATIONS, schema_valid
 from tests.test_podsecurity import violations
 
 DNS = re.compile(naming.DNS_1035_LABEL)

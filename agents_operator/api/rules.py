@@ -1,5 +1,5 @@
 """The rules that span fields, which the schema's bounds cannot express: each one CEL for the CRD and its
-Python twin over the parsed job, their agreement tested (tests/test_api.py, tests/test_properties.py). Pure
+Python twin over the parsed job, their agreement tested (tests/api/test_rules.py, tests/test_properties.py). Pure
 module."""
 
 from __future__ import annotations

@@ -1,76 +1,15 @@
 """Cluster protocols with real TensorFlow servers: start in any order, shared variables, ps exits by itself."""
 
 import os
-import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 from agents_operator import tfconfig
 from agents_operator.local.processes import free_port
-from agents_operator.trainer import distributed
 
 SCRIPT = Path(__file__).with_name("tiny_replica.py")
-
-
-def test_wait_for_retries_until_the_name_resolves_and_the_port_listens(caplog):
-    caplog.set_level("INFO")
-    port = free_port()
-    listener = socket.socket()
-    sleeps = []
-
-    def fake_sleep(seconds):
-        sleeps.append(seconds)
-        if len(sleeps) == 2:
-            listener.bind(("127.0.0.1", port))
-            listener.listen()
-
-    try:
-        distributed.wait_for("ps-0", f"127.0.0.1:{port}", sleep=fake_sleep)
-    finally:
-        listener.close()
-    assert sleeps == [0.5, 1.0]  # exponential backoff
-    assert "waiting for ps-0: nothing listens on" in caplog.text
-    assert "ps-0 is up" in caplog.text
-
-
-def test_wait_for_reports_a_name_that_does_not_resolve(caplog):
-    caplog.set_level("INFO")
-    calls = []
-
-    def give_up(seconds):
-        calls.append(seconds)
-        if len(calls) > 5:
-            raise TimeoutError
-
-    with pytest.raises(TimeoutError):
-        distributed.wait_for("ps-0", "no-such-host.invalid:2222", sleep=give_up)
-    assert "does not resolve yet" in caplog.text
-    assert calls == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]  # capped
-    assert caplog.text.count("waiting for ps-0") == 1  # said once, not every retry
-
-
-class FakeSession:
-    def __init__(self, missing):
-        self.missing = list(missing)
-
-    def run(self, _):
-        return self.missing.pop(0) if len(self.missing) > 1 else self.missing[0]
-
-
-@pytest.mark.parametrize(
-    ("is_chief", "missing", "initialised"),
-    [(True, [["w"]], True), (True, [[]], False), (False, [["w"], ["w"], []], False)],
-)
-def test_prepare_session(is_chief, missing, initialised):
-    calls = []
-    session = FakeSession(missing)
-    result = distributed.prepare_session(session, None, lambda: calls.append("init"), is_chief, sleep=lambda _: None)
-    assert result is initialised
-    assert calls == (["init"] if initialised else [])
 
 
 def test_one_ps_two_workers_started_in_any_order_and_the_ps_exits_by_itself():

@@ -9,7 +9,7 @@ import pytest
 
 from agents_operator import api, naming
 from agents_operator.kube import Kube
-from tests.operator.world import make_job
+from tests.world import make_job
 
 MERGE = "application/merge-patch+json"
 NOWHERE = {"agents.dev/e2e": "no-such-node"}

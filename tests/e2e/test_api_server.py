@@ -1,8 +1,9 @@
 """What the API server decides, decided by a real one: validation, defaulting, transition rules, the status
 subresource, the columns of `kubectl get aj`, garbage collection and resourceVersion conflicts.
 
-The offline tables of tests/test_api.py are sent here too (server-side dry-run, with the strict field
-validation kubectl uses), so that `agents-operator validate` and `kubectl apply` are held to the same verdicts.
+The offline tables of tests/api/cases.py (judged offline by tests/api/test_parsing.py and test_rules.py) are sent
+here too (server-side dry-run, with the strict field validation kubectl uses), so that `agents-operator validate`
+and `kubectl apply` are held to the same verdicts.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import pytest
 
 from agents_operator import api, crd, naming, render
 from agents_operator.kube import ApiError, Kube
+from tests.api.cases import BAD, IMMUTABLE, INTEGRAL_FLOATS, Bad, bad_id, bad_manifest, changed, manifest
 from tests.crdtools import apply_defaults
 from tests.e2e import installs
 from tests.e2e.cluster import MERGE, Cluster, jobs_path, wait_for
-from tests.test_api import BAD, IMMUTABLE, INTEGRAL_FLOATS, Bad, bad_id, bad_manifest, changed, manifest
 
 pytestmark = pytest.mark.timeout(300)
 

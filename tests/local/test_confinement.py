@@ -17,9 +17,8 @@ import pytest
 import yaml
 
 from agents_operator import local, manifests, tfconfig
+from tests.local.standins import alive, descendants
 from tests.procnet import interfaces, listening
-
-from .test_launcher import _alive, _descendants
 
 PY = sys.executable
 LIKE_TF = """
@@ -85,7 +84,7 @@ def _reachable_from_elsewhere(address, names: set[str]) -> bool:
 def _replicas(launcher: subprocess.Popen, count: int) -> list[int]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        replicas = _descendants(launcher.pid)
+        replicas = descendants(launcher.pid)
         if len(replicas) >= count and all(listening(pid) for pid in replicas):
             return replicas
         assert launcher.poll() is None, launcher.stderr.read()
@@ -115,9 +114,9 @@ def test_sigkill_of_the_launcher_ends_every_replica_within_seconds(tmp_path):
     launcher.kill()
     launcher.wait()
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in replicas) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in replicas) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = [pid for pid in replicas if _alive(pid)]
+    left = [pid for pid in replicas if alive(pid)]
     for pid in left:  # leave nothing behind, whatever the outcome
         os.kill(pid, signal.SIGKILL)
     assert left == []

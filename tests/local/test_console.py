@@ -1,45 +1,22 @@
-"""What `agents-operator local` prints: the bar, the launcher's lines, the closing summary (issue 15, part 5)."""
+"""What `agents-operator local` prints (local/console.py): the launcher's lines, the last error of a replica,
+the closing summary (issue 15, part 5)."""
 
 import io
 import os
 import sys
 import time
 
-import pytest
-
-from agents_operator import contract, exported, local, presets
+from agents_operator import contract, exported, local
 from agents_operator.local import console
 from agents_operator.reconcile import rules
 from agents_operator.trainer import rundir
 from agents_operator.trainer.progress import Progress
-
-from .test_launcher import job, run, script
+from tests.local.standins import job, run, script
 
 
 class Terminal(io.StringIO):
     def isatty(self):
         return True
-
-
-def test_no_speed_and_no_eta_before_one_is_measured():
-    out = Terminal()
-    bar = Progress(16384, out)
-    bar.update(0, None, 0.0)
-    assert "ETA" not in out.getvalue() and "steps/s" not in out.getvalue()
-    bar.update(8192, -900.0, 4096.0)
-    assert "4.1k steps/s  ETA 0m02s" in out.getvalue()
-
-
-def test_the_bar_is_ended_before_other_lines_and_only_once():
-    out = Terminal()
-    bar = Progress(100, out)
-    bar.update(50, None, 10.0)
-    text = bar._text
-    bar.say("worker-1 exited with code 0")
-    assert out.getvalue().endswith(f"\r\x1b[Kworker-1 exited with code 0\n{text}")
-    bar.close()
-    bar.close()
-    assert out.getvalue().endswith(f"{text}\n")
 
 
 def test_last_error_is_the_latest_attempts_error_line():
@@ -114,33 +91,6 @@ def test_without_an_error_line_or_progress_the_console_says_so(tmp_path):
     assert "  no progress was reported (the chief's /metrics never answered)" in lines
 
 
-def test_a_permanent_failure_ends_the_job_before_what_failed_with_it_is_restarted(tmp_path):
-    """The ps (restartPolicy Always) and a worker (ExitCode) fail with the same usage error at once."""
-    j = job(["sh", "-c", "exit 2"], ps_cmd=("sh", "-c", "exit 2"), workers=1, worker_policy="ExitCode")
-    j.spec.replica_specs.ps.restart_policy = "Always"
-    launcher = local.Launcher(j, tmp_path, out=sys.stderr)
-    launcher.step()  # creates the pods: starts the processes
-    for replica in launcher.replicas:
-        replica.process.wait()
-    launcher.step()
-    launcher.stop_all()
-    assert (launcher.outcome().reason, launcher.failed.name) == ("PermanentExitCode", "worker-0")
-    assert [r.attempts for r in launcher.replicas] == [1, 1]  # the ps is not restarted
-
-
-def test_a_run_with_other_learning_settings_is_refused_before_anything_starts(tmp_path):
-    j = job(["true"])
-    saved = j.config
-    rundir.write_config(tmp_path, saved.model_copy(update={"video_episodes": 1, "eval_every": 99}))
-    local.check_resume(j, tmp_path, video=False)  # video and evaluation settings may differ
-    rundir.write_config(tmp_path, presets.resolve("pendulum", {"learning_rate": 0.5}))
-    with pytest.raises(local.LaunchError) as error:
-        local.check_resume(j, tmp_path)
-    message = str(error.value)
-    assert "holds a run with other settings: learning_rate (saved 0.5, given " in message
-    assert "\n" not in message and not (tmp_path / "logs").exists()
-
-
 def test_progress_starts_from_the_first_known_count_not_from_an_unknown_one(monkeypatch):
     """A resumed run's chief knows its counters only after restoring: its steps are not this run's speed."""
     now = [10.0]
@@ -175,18 +125,6 @@ def test_the_export_of_this_run_is_announced_with_how_to_use_it(tmp_path):
     assert line in launcher.closing_lines(done)
     os.utime(metadata, (launcher.since - 60, launcher.since - 60))  # a previous run's
     assert not any(line.startswith("  exported policy:") for line in launcher.closing_lines(done))
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("learning_rate: [\n", "not YAML: "), ("learning_rate: -1\n", "learning_rate: Input should be greater than 0")],
-)
-def test_an_unreadable_saved_config_is_one_line(tmp_path, text, expected):
-    (tmp_path / rundir.CONFIG_FILE).write_text(text)
-    with pytest.raises(local.LaunchError) as error:
-        local.check_resume(job(["true"]), tmp_path)
-    assert f"{tmp_path / rundir.CONFIG_FILE}: invalid config: " in str(error.value)
-    assert expected in str(error.value) and "\n" not in str(error.value)
 
 
 def test_the_summary_counts_what_the_chief_recorded_at_the_end_not_its_last_metrics(tmp_path):

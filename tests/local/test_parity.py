@@ -1,5 +1,5 @@
 """One lifecycle, two executors: the same scenario through the operator's plan over an in-memory cluster
-(`tests/operator/world.py`) and through `local` over real processes gives the same sequence of statuses."""
+(`tests/world.py`) and through `local` over real processes gives the same sequence of statuses."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 
 from agents_operator import local, naming
 from agents_operator.api import parse_job
-
-from ..operator.world import World
+from tests.world import World
 
 # Every replica waits until the test writes its exit code into a file named after it, then exits with it.
 REPLICA = [

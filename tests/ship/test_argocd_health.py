@@ -10,7 +10,7 @@ import pytest
 from lupa import lua51
 
 from agents_operator import naming
-from tests.operator.world import World, make_job
+from tests.world import World, make_job
 
 GITOPS = Path(__file__).resolve().parents[2] / "docs" / "gitops.md"
 

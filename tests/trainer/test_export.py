@@ -1,12 +1,11 @@
-"""The exported policy: a SavedModel that acts bit for bit as the trainer evaluates, loaded without the trainer."""
+"""The trainer's export (trainer/export.py): a SavedModel that acts bit for bit as the trainer evaluates, with
+the signatures TensorFlow Serving sees, written by the chief at the end and by `agents-operator export`."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,36 +14,10 @@ import tensorflow as tf
 from agents_operator import exported, presets, topology
 from agents_operator.exported import policy as loader
 from agents_operator.trainer import checkpoints, export, loop, playback, rundir
-from agents_operator.trainer.envs.episodes import deterministic, play
-from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.envs.episodes import deterministic
 from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-
-from .cli import run
-from .test_envserver import serving
-
-TINY = {
-    "envs_per_worker": 2,
-    "envs_per_process": 2,
-    "rollout_steps": 64,
-    "minibatches": 4,
-    "epochs": 2,
-    "eval_every": 0,
-    "eval_episodes": 2,
-    "max_episode_steps": 40,
-    "total_steps": 128,
-    "metrics_port": 0,
-    "video_episodes": 0,
-}
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A run of one iteration, which the chief ends by exporting its policy to exported/."""
-    logdir = tmp_path_factory.mktemp("export") / "run"
-    config = presets.resolve("pendulum", TINY)
-    loop.train(config, logdir, preset="pendulum")
-    return config, logdir
+from tests.trainer.cli import run
 
 
 def _observations(n: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -77,18 +50,6 @@ def test_the_loaded_policy_acts_bit_for_bit_as_the_trainer_evaluates(trained):
     assert len(np.unique(want)) > 1000
     np.testing.assert_array_equal(policy(observations), want)  # a batch, exactly
     np.testing.assert_array_equal(np.stack([policy(obs) for obs in observations[:300]]), want[:300])  # one by one
-
-
-def test_the_loaded_policy_scores_the_trainers_returns_on_the_same_seeds(trained):
-    config, logdir = trained
-    metadata = exported.read_metadata(logdir / exported.DIRECTORY)
-    policy = loader.load(logdir / exported.DIRECTORY)
-    env = make_env(config.env_id, config.max_episode_steps)
-    try:
-        returns, _ = play(env, policy, 2, metadata.evaluation.seed)
-    finally:
-        env.close()
-    assert returns == metadata.evaluation.returns  # floats compared exactly
 
 
 @pytest.mark.parametrize(("activation", "normalize"), [("tanh", True), ("relu", True), ("tanh", False)])
@@ -137,26 +98,6 @@ def _metadata(obs_dim: int, act_dim: int) -> exported.Metadata:
     )
 
 
-def test_sample_draws_from_the_seed_with_the_gaussians_log_probability(trained):
-    _, logdir = trained
-    policy = loader.load(logdir / exported.DIRECTORY)
-    numpy_policy, observations, _ = export.read(logdir / exported.DIRECTORY)
-    x = _observations(2000, 3)
-    actions, log_probs = policy.sample(x, seed=7)
-    again, _ = policy.sample(x, seed=7)
-    other, _ = policy.sample(x, seed=8)
-    np.testing.assert_array_equal(actions, again)
-    assert not np.array_equal(actions, other)
-    mean = numpy_policy.mean(observations.normalize(x))
-    noise = (actions - mean) / np.exp(numpy_policy.log_std)
-    assert abs(noise.mean()) < 0.1 and abs(noise.std() - 1) < 0.1  # standard normal noise
-    np.testing.assert_allclose(
-        log_probs, -0.5 * noise[:, 0] ** 2 - numpy_policy.log_std[0] - 0.5 * np.log(2 * np.pi), rtol=1e-4, atol=1e-4
-    )
-    one, one_log_prob = policy.sample(x[0], seed=7)
-    assert one.shape == (1,) and one_log_prob.shape == ()
-
-
 def test_the_signatures_are_what_tensorflow_serving_sees(trained):
     """What `saved_model_cli show --all` lists: the signature names, their inputs and outputs."""
     _, logdir = trained
@@ -186,59 +127,6 @@ def test_read_gives_back_the_trainers_numpy_actor(trained):
     np.testing.assert_array_equal(observations.mean, want.observations.mean)
     np.testing.assert_array_equal(observations.std, want.observations.std)
     assert (observations.clip, observations.enabled) == (config.clip_observations, config.normalize_observations)
-
-
-def test_the_loader_imports_no_trainer_no_gymnasium_no_simulator(trained):
-    _, logdir = trained
-    code = (
-        "import sys; from agents_operator.exported import policy; "
-        f"print(policy.load({str(logdir / exported.DIRECTORY)!r})([0.5, -0.5, 1.0]).tolist()); "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'gymnasium', 'gym', 'pybullet'})); "
-        "print(sorted(m for m in sys.modules if m.startswith('agents_operator.')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(json.loads(out[0])) == 1
-    assert out[1] == "[]"
-    assert out[2] == "['agents_operator.exported', 'agents_operator.exported.policy']"
-
-
-def test_evaluate_plays_the_same_episodes_with_the_export_and_the_run(trained, capsys):
-    config, logdir = trained
-    assert run("evaluate", "--logdir", logdir, "--episodes", "2") == 0
-    of_run = json.loads(capsys.readouterr().out)
-    assert run("evaluate", "--model", logdir / exported.DIRECTORY, "--episodes", "2") == 0
-    of_model = json.loads(capsys.readouterr().out)
-    assert (
-        of_run["returns"]
-        == of_model["returns"]
-        == exported.read_metadata(logdir / exported.DIRECTORY).evaluation.returns
-    )
-    assert (of_run["policy"], of_model["seed"], of_model["lengths"]) == (
-        "ckpt-00000001",
-        config.seed + topology.EVALUATION_SEED_OFFSET,
-        [40, 40],
-    )
-    assert of_model["mean"] == pytest.approx(np.mean(of_model["returns"]))
-    assert of_model["std"] == pytest.approx(np.std(of_model["returns"]))
-
-
-def test_an_env_server_plays_and_collects_with_an_exported_policy(trained, tmp_path, capsys):
-    config, logdir = trained
-    model = logdir / exported.DIRECTORY
-    with serving(config.env_id, 2, max_episode_steps=40) as address:
-        assert run("evaluate", "--model", model, "--episodes", "2", "--env-server", address) == 0
-        assert json.loads(capsys.readouterr().out)["returns"] == exported.read_metadata(model).evaluation.returns
-        assert (
-            run("collect", "--model", model, "--env-server", address, "--steps", "50", "--out", tmp_path / "t.npz") == 0
-        )
-    assert "wrote" in capsys.readouterr().out
-    trajectories = np.load(tmp_path / "t.npz")
-    assert trajectories["actions"].shape == (50, 2, 1) and trajectories["observations"].shape == (51, 2, 3)
-    assert list(trajectories["episode_lengths"]) == [40, 40]
-    policy = loader.load(model)
-    # The server sampled with the exported policy: its Gaussian means (float32, as in training) are act's.
-    means, acts = np.clip(trajectories["means"], -2, 2), policy(trajectories["observations"][:-1].reshape(-1, 3))
-    np.testing.assert_allclose(means.reshape(-1, 1), acts, rtol=1e-5, atol=1e-7)
 
 
 def test_export_command_writes_a_checkpoint_and_refuses_to_overwrite(trained, tmp_path, capsys):

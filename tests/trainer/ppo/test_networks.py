@@ -1,0 +1,67 @@
+"""The networks as TensorFlow variables and ops (ppo/networks.py): orthogonal initialisation with the PPO
+baselines' gains, the weights in the order the numpy actor reads them, and the same forward pass as numpy's."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents_operator.config import TrainerConfig
+from agents_operator.trainer.ppo.networks import Networks, mlp_tf
+from agents_operator.trainer.ppo.policy import NumpyPolicy, mlp_np
+
+OBS, ACT = 5, 2
+
+
+def built(**settings):
+    """The networks of a config in a graph of their own, with the values of their variables once initialised."""
+    config = TrainerConfig(policy_layers=[32, 16], value_layers=[8], init_log_std=-0.5, **settings)
+    graph = tf.Graph()
+    with graph.as_default():
+        networks = Networks.create(OBS, ACT, config)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            values = session.run(networks.variables())
+    return networks, values, config
+
+
+def test_the_variables_are_listed_as_the_numpy_actor_reads_them():
+    networks, values, config = built()
+    names = [v.op.name for v in networks.variables()]
+    assert names == [
+        "policy/dense0/kernel", "policy/dense0/bias", "policy/dense1/kernel", "policy/dense1/bias",
+        "policy/dense2/kernel", "policy/dense2/bias", "policy/log_std",
+        "value/dense0/kernel", "value/dense0/bias", "value/dense1/kernel", "value/dense1/bias",
+    ]  # fmt: skip
+    policy = NumpyPolicy.from_values(values, len(networks.policy), config.activation)
+    assert [kernel.shape for kernel, _ in policy.policy] == [(OBS, 32), (32, 16), (16, ACT)]
+    assert [kernel.shape for kernel, _ in policy.value] == [(OBS, 8), (8, 1)]
+    np.testing.assert_array_equal(policy.log_std, [-0.5, -0.5])
+
+
+def test_orthogonal_initialisation_with_the_baselines_gains_and_zero_biases():
+    networks, values, _ = built()
+    policy = NumpyPolicy.from_values(values, len(networks.policy), "tanh")
+    (hidden, _), _, (head, _) = policy.policy
+    np.testing.assert_allclose(hidden @ hidden.T, 2.0 * np.eye(OBS), atol=1e-5)  # rows orthogonal, gain sqrt 2
+    np.testing.assert_allclose(head.T @ head, 0.01**2 * np.eye(ACT), atol=1e-7)  # the policy head: 0.01
+    (_, _), (value_head, _) = policy.value
+    np.testing.assert_allclose(value_head.T @ value_head, np.eye(1), atol=1e-5)  # the value head: 1
+    assert all(not bias.any() for _, bias in policy.policy + policy.value)
+
+
+def test_without_orthogonal_initialisation_the_weights_are_glorot_uniform():
+    networks, values, _ = built(orthogonal_init=False)
+    kernel = NumpyPolicy.from_values(values, len(networks.policy), "tanh").policy[0][0]
+    limit = np.sqrt(6 / (OBS + 32))
+    assert np.abs(kernel).max() <= limit and not np.allclose(kernel @ kernel.T, 2.0 * np.eye(OBS), atol=0.1)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_the_graphs_forward_pass_is_numpys(activation):
+    rng = np.random.default_rng(0)
+    layers = [(rng.normal(size=(OBS, 16)), rng.normal(size=16)), (rng.normal(size=(16, ACT)), rng.normal(size=ACT))]
+    layers = [(kernel.astype(np.float32), bias.astype(np.float32)) for kernel, bias in layers]
+    x = rng.normal(size=(64, OBS)).astype(np.float32)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        got = session.run(mlp_tf(tf.constant(x), [(tf.constant(k), tf.constant(b)) for k, b in layers], activation))
+    np.testing.assert_allclose(got, mlp_np(x, layers, activation), rtol=1e-5, atol=1e-5)

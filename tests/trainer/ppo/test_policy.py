@@ -1,0 +1,79 @@
+"""The numpy actor (ppo/policy.py): a Gaussian around the policy network's output, sampled from given noise
+with its log-probability, its mean computed in float64 and rounded once, its weights read back in order."""
+
+import math
+
+import numpy as np
+import pytest
+
+from agents_operator.trainer.ppo.policy import NumpyPolicy, gaussian_log_prob_np, mlp_np, mlp_rounded_once
+
+OBS, ACT = 4, 2
+
+
+def random_policy(activation: str = "tanh", seed: int = 0) -> NumpyPolicy:
+    rng = np.random.default_rng(seed)
+
+    def layer(fan_in: int, fan_out: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.normal(size=(fan_in, fan_out)).astype(np.float32), rng.normal(size=fan_out).astype(np.float32)
+
+    log_std = np.array([-0.5, 0.25], np.float32)
+    return NumpyPolicy([layer(OBS, 8), layer(8, ACT)], log_std, [layer(OBS, 8), layer(8, 1)], activation)
+
+
+def test_mlp_applies_the_activation_between_layers_only():
+    layers = [(np.array([[1.0, -1.0]]), np.array([0.0, 0.0])), (np.array([[1.0], [1.0]]), np.array([-5.0]))]
+    x = np.array([[2.0]])
+    np.testing.assert_allclose(mlp_np(x, layers, "relu"), [[2.0 - 5.0]])  # relu(2), relu(-2) = 0: no relu last
+    np.testing.assert_allclose(mlp_np(x, layers, "tanh"), [[np.tanh(2.0) + np.tanh(-2.0) - 5.0]])
+
+
+def test_actions_are_the_mean_plus_std_times_noise_with_the_gaussians_log_probability():
+    policy = random_policy()
+    rng = np.random.default_rng(1)
+    obs, noise = rng.normal(size=(16, OBS)).astype(np.float32), rng.normal(size=(16, ACT)).astype(np.float32)
+    actions, log_probs, means = policy.act(obs, noise)
+    np.testing.assert_allclose(means, mlp_np(obs, policy.policy, "tanh"))
+    np.testing.assert_allclose(actions, means + np.exp(policy.log_std) * noise, rtol=1e-6)
+    std = np.exp(policy.log_std.astype(np.float64))
+    density = np.exp(-0.5 * ((actions - means) / std) ** 2) / (std * math.sqrt(2 * math.pi))
+    np.testing.assert_allclose(log_probs, np.log(density).sum(axis=1), rtol=1e-5, atol=1e-5)
+    assert log_probs.dtype == np.float32 and log_probs.shape == (16,)
+
+
+def test_the_log_probability_of_the_mean_is_the_densitys_peak():
+    log_std = np.array([0.0, np.log(2.0)], np.float32)
+    expected = -math.log(2.0) - math.log(2.0 * math.pi)  # two dimensions: std 1 and 2
+    assert gaussian_log_prob_np(np.zeros((1, 2)), log_std)[0] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_the_mean_is_the_float64_pass_rounded_once(activation):
+    policy = random_policy(activation)
+    obs = np.random.default_rng(2).normal(size=(100, OBS)).astype(np.float32)
+    layers64 = [(k.astype(np.float64), b.astype(np.float64)) for k, b in policy.policy]
+    want = mlp_np(obs.astype(np.float64), layers64, activation).astype(np.float32)
+    np.testing.assert_array_equal(policy.mean(obs), want)
+    np.testing.assert_array_equal(mlp_rounded_once(obs, layers64, activation), want)
+    assert policy.mean(obs).dtype == np.float32
+    np.testing.assert_allclose(policy.mean(obs), policy.act(obs, np.zeros((100, ACT), np.float32))[2], rtol=1e-4)
+
+
+def test_the_value_is_one_number_per_observation():
+    policy = random_policy()
+    obs = np.random.default_rng(3).normal(size=(7, OBS)).astype(np.float32)
+    np.testing.assert_allclose(policy.value_of(obs), mlp_np(obs, policy.value, "tanh")[:, 0])
+    assert policy.value_of(obs[0]).shape == ()
+
+
+def test_weights_read_back_in_order_are_the_same_policy():
+    policy = random_policy()
+    values = [array.copy() for layer in policy.policy for array in layer] + [policy.log_std.copy()]
+    values += [array.copy() for layer in policy.value for array in layer]
+    again = NumpyPolicy.from_values(values, len(policy.policy), policy.activation)
+    for got, want in zip(again.policy + again.value, policy.policy + policy.value, strict=True):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(again.log_std, policy.log_std)
+    obs = np.ones((3, OBS), np.float32)
+    np.testing.assert_array_equal(again.mean(obs), policy.mean(obs))

@@ -1,0 +1,92 @@
+"""The cluster as each replica joins it (trainer/distributed.py), without TensorFlow servers: waiting for a
+peer with backoff, saying once what it waits for; who initialises the shared variables."""
+
+import socket
+
+import pytest
+
+from agents_operator.local.processes import free_port
+from agents_operator.trainer import distributed
+
+
+def test_wait_for_retries_until_the_name_resolves_and_the_port_listens(caplog):
+    caplog.set_level("INFO")
+    port = free_port()
+    listener = socket.socket()
+    sleeps = []
+
+    def fake_sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            listener.bind(("127.0.0.1", port))
+            listener.listen()
+
+    try:
+        distributed.wait_for("ps-0", f"127.0.0.1:{port}", sleep=fake_sleep)
+    finally:
+        listener.close()
+    assert sleeps == [0.5, 1.0]  # exponential backoff
+    assert "waiting for ps-0: nothing listens on" in caplog.text
+    assert "ps-0 is up" in caplog.text
+
+
+def test_wait_for_reports_a_name_that_does_not_resolve(caplog):
+    caplog.set_level("INFO")
+    calls = []
+
+    def give_up(seconds):
+        calls.append(seconds)
+        if len(calls) > 5:
+            raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        distributed.wait_for("ps-0", "no-such-host.invalid:2222", sleep=give_up)
+    assert "does not resolve yet" in caplog.text
+    assert calls == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]  # capped
+    assert caplog.text.count("waiting for ps-0") == 1  # said once, not every retry
+
+
+class FakeSession:
+    def __init__(self, missing):
+        self.missing = list(missing)
+
+    def run(self, _):
+        return self.missing.pop(0) if len(self.missing) > 1 else self.missing[0]
+
+
+@pytest.mark.parametrize(
+    ("is_chief", "missing", "initialised"),
+    [(True, [["w"]], True), (True, [[]], False), (False, [["w"], ["w"], []], False)],
+)
+def test_prepare_session(is_chief, missing, initialised):
+    calls = []
+    session = FakeSession(missing)
+    result = distributed.prepare_session(session, None, lambda: calls.append("init"), is_chief, sleep=lambda _: None)
+    assert result is initialised
+    assert calls == (["init"] if initialised else [])
+
+
+def test_wait_until_gone_waits_for_listeners_to_go_and_says_so():
+    notes = []
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        distributed.wait_until_gone([address], notes.append, timeout=0.3)
+    assert notes == ["waiting for 1 other worker(s) to finish", f"gave up waiting after 0 s for: {address}"]
+    notes.clear()
+    distributed.wait_until_gone([address], notes.append, timeout=30)  # closed now: gone at the first look
+    assert notes == ["waiting for 1 other worker(s) to finish"]
+    distributed.wait_until_gone([], notes.append)
+    assert notes == ["waiting for 1 other worker(s) to finish"]
+
+
+def test_the_first_line_of_a_graph_error_is_its_cause():
+    message = (
+        "Graph execution error:\n\nDetected at node 'save/RestoreV2' defined at (most recent call last):\n"
+        "  File \"x.py\", line 1\nNode: 'save/RestoreV2'\nChecksum does not match: stored 1 vs. calculated 2\n"
+        "\t [[{{node save/RestoreV2}}]]\n"
+    )
+    assert (
+        distributed.first_line(RuntimeError(message))
+        == "RuntimeError: Checksum does not match: stored 1 vs. calculated 2"
+    )
+    assert distributed.first_line(ValueError("")) == "ValueError"

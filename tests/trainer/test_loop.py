@@ -1,0 +1,144 @@
+"""The training loop (trainer/loop.py): a short real run learns; with its environments on env servers
+(AGENTS_ENV_SERVERS) it trains in both modes as colocated, refuses servers that do not serve its config, and
+the chief evaluates and renders its video there."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents_operator import presets
+from agents_operator.tfconfig import EnvServers
+from agents_operator.trainer import loop
+from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.summaries import read_scalars
+from tests.trainer.envserver.servers import serving
+from tests.trainer.envserver_envs import RAISING
+
+# --- with its environments on env servers ---------------------------------------------------------------
+
+# The pendulum preset learns within 40k steps: from about -1250 to -300 (training), -130 (evaluation). Its 8
+# environments run in two groups of 4, locally (two processes) as on two env servers. Observations are
+# normalised (the preset does not): where each mode takes its statistics is part of what is tested.
+LEARNING = presets.resolve(
+    "pendulum",
+    {
+        "normalize_observations": True,
+        "total_steps": 40_960,
+        "eval_every": 10,
+        "eval_episodes": 2,
+        "video_episodes": 0,
+        "metrics_port": 0,
+        "envs_per_process": 4,
+    },
+)
+
+
+@contextlib.contextmanager
+def two_servers() -> Iterator[tuple[str, str]]:
+    """Two env servers of 4 environments, seeded as the colocated batch's two processes."""
+    with (
+        serving("Pendulum-v1", 4, seed=LEARNING.seed) as first,
+        serving("Pendulum-v1", 4, seed=LEARNING.seed + 4) as second,
+    ):
+        yield first, second
+
+
+def train(tmp_path: Path, env_servers: EnvServers | None = None) -> loop.RunResult:
+    with open(tmp_path / "progress.txt", "w") as stream:
+        return loop.train(LEARNING, tmp_path / "run", stream, env_servers=env_servers)
+
+
+@pytest.fixture(scope="module")
+def colocated(tmp_path_factory: pytest.TempPathFactory) -> loop.RunResult:
+    return train(tmp_path_factory.mktemp("colocated"))
+
+
+def assert_learned(result: loop.RunResult) -> None:
+    returns = [value for _, value in result.train_returns]
+    first, last = np.mean(returns[:3]), np.mean(returns[-3:])
+    assert first < -1000 and last > first + 500, returns
+    assert [steps for steps, _ in result.evaluations] == [20_480, 40_960]
+    assert result.evaluations[-1][1] > -500, result.evaluations
+    assert len(result.update_seconds) == len(result.collect_seconds) == result.iterations
+    assert 0 < result.evaluation_seconds < result.wall_seconds - sum(result.update_seconds)
+    first, second = result.evaluated_after  # training seconds before each evaluation, evaluations excluded
+    assert 0 < first < second <= result.wall_seconds - result.evaluation_seconds
+
+
+def test_step_mode_trains_exactly_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
+    """Servers seeded and grouped as the colocated batch: the same batches, so the same run, evaluations
+    included."""
+    with two_servers() as addresses:
+        result = train(tmp_path, EnvServers(addresses, "step"))
+    assert_learned(colocated)
+    assert result.train_returns == colocated.train_returns
+    assert result.evaluations == colocated.evaluations
+    assert all(0 < share <= 1 for share in colocated.simulation_shares)  # timed by the worker processes
+    assert set(result.simulation_shares) == {None}  # the servers step, the trainer acts: nobody times a rollout
+    assert result.simulation_share is None and 0 < colocated.simulation_share <= 1
+
+
+def test_rollout_mode_learns_as_colocated(tmp_path: Path, colocated: loop.RunResult) -> None:
+    """Rollout mode normalises a rollout's first observations with that rollout's statistics (see
+    collector): the same first rollout, then a run of its own that learns as well."""
+    with two_servers() as addresses:
+        result = train(tmp_path, EnvServers(addresses, "rollout"))
+    assert_learned(result)
+    assert result.train_returns[0] == colocated.train_returns[0]
+    assert result.train_returns != colocated.train_returns
+
+
+def test_servers_that_do_not_serve_the_config_are_refused(tmp_path: Path) -> None:
+    with serving("Pendulum-v1", 2) as address, pytest.raises(ValueError) as failure:
+        loop.train(LEARNING, tmp_path / "run", env_servers=EnvServers((address,)))
+    assert str(failure.value) == f"env servers {address} serve 2 environments in all, envs_per_worker is 8"
+    with serving(RAISING, 8) as address, pytest.raises(ValueError) as failure:
+        loop.train(LEARNING, tmp_path / "run", env_servers=EnvServers((address,)))
+    assert str(failure.value) == f"env server {address} serves {RAISING}, not Pendulum-v1"
+
+
+def test_the_chief_evaluates_and_renders_its_video_on_the_server(remote_run: tuple[Path, str]) -> None:
+    logdir, _ = remote_run
+    evaluations = read_scalars(logdir, "eval/mean_return")
+    assert [step for step, _ in evaluations] == [256, 512]
+    assert all(-1000 < value < 0 for _, value in evaluations)
+    assert read_scalars(logdir, "eval/mean_length") == [(256, 50.0), (512, 50.0)]
+    assert (logdir / "videos" / "final.gif").read_bytes()[:6] == b"GIF89a"
+
+
+# --- a short real run learns: far better than a random policy on a fast PyBullet task ------------------------
+
+
+def _random_policy_return(env_id, episodes=10):
+    env = make_env(env_id)
+    rng = np.random.default_rng(0)
+    returns = []
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        total, done = 0.0, False
+        while not done:
+            action = rng.uniform(env.action_space.low, env.action_space.high)
+            _, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+def test_inverted_pendulum_learns_in_20k_steps(tmp_path):
+    # A constant step size: annealed to zero over only 20k steps, the last iterations would barely move.
+    settings = {"total_steps": 20_480, "lr_schedule": "constant", "eval_every": 1000, "eval_episodes": 3}
+    settings["metrics_port"] = 0
+    config = presets.resolve("inverted_pendulum", settings)
+    result = loop.train(config, tmp_path / "run")
+    random_return = _random_policy_return(config.env_id)
+    (steps, trained_return), *_ = result.evaluations
+    assert steps == 20_480
+    assert random_return < 100
+    assert trained_return > 500, (trained_return, random_return)
