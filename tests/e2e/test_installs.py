@@ -141,7 +141,8 @@ def test_chart_with_peering_serves_from_one_replica_and_fails_over(kube, own_ope
         active.stop()  # a rollout or a drained node: the standby takes over
         cluster.kube.delete("Pod", namespace, "pj-ps-0")  # only a serving operator replaces it
         wait_for(lambda: "pj-ps-0" in cluster.live_pods(), 90, "the standby replaced the pod")
-        assert standby.metric("agents_operator_children_created_total") >= 1
+        # the counter moves once the create's response is back, which may be after the pod is listed
+        wait_for(lambda: standby.metric("agents_operator_children_created_total") >= 1, 30, "the standby counted it")
         assert (("kopf.dev", "clusterkopfpeerings", "patch")) in may_do(standby.kubeconfig(), namespace)
     finally:
         for op in own_operator:
