@@ -67,8 +67,14 @@ def test_the_variable_asks_for_them(value, shown):
 # The commands, each in a process of its own.
 
 
+ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
+"""TensorFlow prints its oneDNN notice at every import where oneDNN is on, which by default it is only on some
+CPUs (Intel's with AVX512-VNNI and later, not AMD's): turned on, the notice is a native line on any x86 machine."""
+
+
 def _cli(*args: object, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    environment = {**{key: value for key, value in os.environ.items() if key != tflogs.ENV_VAR}, **(env or {})}
+    own = {key: value for key, value in os.environ.items() if key != tflogs.ENV_VAR}
+    environment = {**own, **ONEDNN_ON, **(env or {})}
     command = [sys.executable, "-m", "agents_operator.cli", *map(str, args)]
     done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
     assert not check or done.returncode == 0, done.stderr
@@ -93,7 +99,7 @@ def run(tmp_path_factory) -> Path:
 def _env_server() -> tuple[str, subprocess.Popen]:
     """`agents-operator env-server` at default verbosity on a loopback port: its address and process."""
     command = [sys.executable, "-m", "agents_operator.cli", "env-server", "--env", "Pendulum-v1", "--port", "0"]
-    environment = {key: value for key, value in os.environ.items() if key != tflogs.ENV_VAR}
+    environment = {**{key: value for key, value in os.environ.items() if key != tflogs.ENV_VAR}, **ONEDNN_ON}
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
     line = server.stdout.readline()
     assert "serving" in line, line
