@@ -100,7 +100,7 @@ class AgentsJobClient:
                 f"AgentsJob {parsed.name} names namespace {parsed.metadata.namespace}, this client serves "
                 f"{self.namespace}"
             )
-        body = {**manifest, "metadata": {**manifest["metadata"], "namespace": self.namespace}}
+        body = api.json_numbers({**manifest, "metadata": {**manifest["metadata"], "namespace": self.namespace}})
         return self.custom.create_namespaced_custom_object(
             naming.GROUP, naming.VERSION, self.namespace, naming.PLURAL, body
         )

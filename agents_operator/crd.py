@@ -28,6 +28,14 @@ _KEEP = (
 
 _NO_DEFAULT_KEYS = {"default", "nullable", "x-kubernetes-preserve-unknown-fields"}
 
+SCALE = {
+    "specReplicasPath": ".spec.replicaSpecs.worker.replicas",
+    "statusReplicasPath": ".status.replicaStatuses.worker.active",
+    "labelSelectorPath": ".status.workerSelector",
+}
+"""The scale subresource: `kubectl scale aj/NAME --replicas=N` and an HorizontalPodAutoscaler set the worker count
+(refused by the rules unless the job is elastic and N within its bounds)."""
+
 PRINTER_COLUMNS = [
     {"name": "State", "type": "string", "jsonPath": ".status.state", "description": "Latest condition"},
     {
@@ -35,6 +43,19 @@ PRINTER_COLUMNS = [
         "type": "integer",
         "jsonPath": ".status.replicaStatuses.worker.active",
         "description": "Active worker pods",
+    },
+    {
+        "name": "Desired",
+        "type": "integer",
+        "jsonPath": SCALE["specReplicasPath"],
+        "description": "Workers the spec asks for (kubectl scale sets it)",
+    },
+    {
+        "name": "Max",
+        "type": "integer",
+        "priority": 1,
+        "jsonPath": ".spec.elastic.maxWorkers",
+        "description": "Most workers an elastic job may scale to",
     },
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.globalStep", "description": "Global step"},
     {
@@ -172,7 +193,7 @@ def crd() -> dict:
                     "name": naming.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": openapi_schema()},
                 }

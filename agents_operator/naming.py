@@ -98,6 +98,12 @@ def job_selector(job: str) -> dict[str, str]:
     return {LABEL_JOB: job}
 
 
+def type_selector(job: str, replica_type: str) -> str:
+    """The label selector, as a string, of every pod of one replica type of the job (the scale subresource's for
+    the workers: what an HPA averages its pod metrics over)."""
+    return f"{LABEL_JOB}={job},{LABEL_TYPE}={replica_type}"
+
+
 def replica_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
     """Labels of one replica's pod; its Service selects on exactly these (the pod of the chief also has
     LABEL_ROLE: ROLE_CHIEF)."""

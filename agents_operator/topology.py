@@ -69,13 +69,28 @@ class Topology:
     servers_per_worker: int
     env_port: int
     config: TrainerConfig
+    worker_slots: int = 0
+    """How many worker addresses the cluster lists: an elastic job's most workers (so that no replica's
+    TF_CONFIG changes when it scales), else its workers (0: the same)."""
+
+    @property
+    def members(self) -> dict[str, int]:
+        """Addresses per type that every TF_CONFIG lists: the ps, the worker slots (the evaluator is none)."""
+        return {**self.counts, naming.WORKER: max(self.worker_slots, self.counts[naming.WORKER])}
 
     @property
     def remote_servers(self) -> int:
         """How many env-server pods `<job>-envserver-<i>` there are: 0 unless the placement is remote."""
+        return len(self.remote_server_indices())
+
+    def remote_server_indices(self) -> list[int]:
+        """The indices of the env-server pods of a remote placement: each worker's own, then the evaluator's,
+        numbered after every worker slot's (so that scaling the workers never renames it)."""
         if self.placement != "remote":
-            return 0
-        return env_server_count(self.counts[naming.WORKER], self.servers_per_worker, self.counts[naming.EVALUATOR] > 0)
+            return []
+        own = list(range(self.counts[naming.WORKER] * self.servers_per_worker))
+        evaluator = [self.members[naming.WORKER] * self.servers_per_worker] if self.counts[naming.EVALUATOR] else []
+        return own + evaluator
 
     def replicas(self) -> list[tuple[str, int]]:
         """(type, index) of every replica (ps, workers, evaluator), env servers aside."""
@@ -84,7 +99,7 @@ class Topology:
     def slots(self) -> list[tuple[str, int]]:
         """(type, index) of every pod of the job, in the order they are created: ps, env servers, the rest."""
         own = self.replicas()
-        servers = [(naming.ENV_SERVER, i) for i in range(self.remote_servers)]
+        servers = [(naming.ENV_SERVER, i) for i in self.remote_server_indices()]
         return [s for s in own if s[0] == naming.PS] + servers + [s for s in own if s[0] != naming.PS]
 
     def env_server_shares(self, replica_type: str, index: int) -> list[EnvServerShare]:
@@ -98,7 +113,7 @@ class Topology:
         if self.placement == "colocated" or replica_type not in SIMULATING_TYPES:
             return []
         if replica_type == naming.EVALUATOR:
-            return [EnvServerShare(first_env_seed(self.config, self.counts[naming.WORKER]), 1)]
+            return [EnvServerShare(first_env_seed(self.config, self.members[naming.WORKER]), 1)]
         servers = self.servers_per_worker if self.placement == "remote" else 1
         base, extra = divmod(self.config.envs_per_worker, servers)
         shares, offset = [], first_env_seed(self.config, index)
@@ -114,14 +129,14 @@ class Topology:
         after them."""
         if self.placement != "remote":
             return range(0)
-        owner = index if replica_type == naming.WORKER else self.counts[naming.WORKER]
+        owner = index if replica_type == naming.WORKER else self.members[naming.WORKER]
         first = owner * self.servers_per_worker
         return range(first, first + len(self.env_server_shares(replica_type, index)))
 
     def remote_share(self, server: int) -> EnvServerShare:
         """The share of env-server pod `<job>-envserver-<server>` of a remote placement."""
         owner, k = divmod(server, self.servers_per_worker)
-        if owner < self.counts[naming.WORKER]:
+        if owner < self.members[naming.WORKER]:
             return self.env_server_shares(naming.WORKER, owner)[k]
         return self.env_server_shares(naming.EVALUATOR, 0)[0]
 

@@ -52,6 +52,15 @@ def test_create_from_a_dict_sets_the_namespace(jobs):
     assert body["spec"] == _manifest()["spec"]
 
 
+def test_create_sends_integral_floats_as_integers_as_kubectl_does(jobs):
+    manifest = _manifest()
+    manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 2.0  # a JSON 2.0 the scale subresource refuses
+    jobs.create(manifest)
+    body = jobs.custom.create_namespaced_custom_object.call_args.args[-1]
+    replicas = body["spec"]["replicaSpecs"]["worker"]["replicas"]
+    assert replicas == 2 and type(replicas) is int
+
+
 def test_create_from_a_file_and_from_a_model_send_the_same_manifest(jobs):
     jobs.create(EXAMPLE)
     jobs.create(str(EXAMPLE))

@@ -39,6 +39,23 @@ def test_slots_put_the_env_servers_between_the_ps_and_the_workers():
     assert layout("sidecar", servers=1).slots() == [("ps", 0), ("worker", 0), ("worker", 1), ("evaluator", 0)]
 
 
+def test_an_elastic_job_numbers_the_evaluators_env_server_and_seeds_past_every_worker_slot():
+    """Scaling the workers renames no pod and reseeds no environment: the evaluator's env server and its seed
+    come after the most workers the job may have."""
+    layouts = [
+        Topology("j", "ns", {"ps": 1, "worker": w, "evaluator": 1}, "remote", 2, 6000, layout().config, 4)
+        for w in (1, 3)
+    ]
+    assert layouts[0].members == layouts[1].members == {"ps": 1, "worker": 4, "evaluator": 1}
+    assert [s for s in layouts[0].slots() if s[0] == "envserver"] == [("envserver", i) for i in (0, 1, 8)]
+    assert [s for s in layouts[1].slots() if s[0] == "envserver"] == [("envserver", i) for i in (0, 1, 2, 3, 4, 5, 8)]
+    for one in layouts:
+        assert one.env_server_pods(naming.EVALUATOR, 0) == range(8, 9)
+        assert one.remote_share(8) == EnvServerShare(100 + 4 * 8, 1)
+        assert one.env_server_addresses(naming.EVALUATOR, 0) == ("j-envserver-8.ns.svc:6000",)
+    assert layout().members == {"ps": 1, "worker": 2, "evaluator": 1}  # not elastic: the workers there are
+
+
 def test_env_servers_seed_each_worker_as_its_own_batch_would_be():
     remote = layout(envs=7, servers=3, workers=2)
     assert remote.remote_servers == topology.env_server_count(2, 3, True) == 7
@@ -73,6 +90,6 @@ def test_addresses_name_each_replicas_own_servers():
 def test_a_jobs_topology_follows_its_spec():
     job = manifests.load_job(Path(__file__).resolve().parent.parent / "examples" / "cheetah-remote.yaml")
     counts = {naming.PS: 1, naming.WORKER: 2, naming.EVALUATOR: 0}
-    assert job.topology == Topology("cheetah-remote", "default", counts, "remote", 2, 50051, job.config)
+    assert job.topology == Topology("cheetah-remote", "default", counts, "remote", 2, 50051, job.config, 2)
     job.metadata.namespace = "research"  # what `agents-operator render --namespace` does
     assert job.topology.env_server_addresses(naming.WORKER, 0)[0] == "cheetah-remote-envserver-0.research.svc:50051"

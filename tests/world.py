@@ -32,7 +32,9 @@ def make_job(
     job_status: dict | None = None,
     environments: dict | None = None,
     claim: str | None = None,
+    elastic: dict | None = None,
 ) -> dict:
+    """A job as the API server stores it. `elastic` ({minWorkers, maxWorkers}) also sets trainer.mode async."""
     specs: dict[str, Any] = {"worker": {"replicas": workers, "restartPolicy": restart}}
     if ps:
         specs["ps"] = {"replicas": ps, "restartPolicy": ps_restart or restart}
@@ -51,6 +53,9 @@ def make_job(
     }
     if tensorboard:
         spec["tensorboard"] = {"enabled": True}
+    if elastic is not None:
+        spec["elastic"] = elastic
+        spec["trainer"]["mode"] = "async"
     if environments is not None:
         spec["environments"] = environments
     if tensorboard or evaluator:  # both read the run directory from a shared claim

@@ -17,6 +17,7 @@ from agents_operator.api.models import (
     AgentsJobSpec,
     AgentsJobStatus,
     Condition,
+    Elastic,
     Environments,
     EnvServer,
     ExportStatus,
@@ -28,7 +29,7 @@ from agents_operator.api.models import (
     Storage,
     TrainerSpec,
 )
-from agents_operator.api.parsing import InvalidJob, Problem, check_rules, parse_job
+from agents_operator.api.parsing import InvalidJob, Problem, check_rules, json_numbers, parse_job
 from agents_operator.api.podtemplate import PodTemplate
 from agents_operator.api.rules import RULES, TEMPLATES, Rule
 from agents_operator.contract import (
@@ -59,6 +60,7 @@ __all__ = [
     "CleanPodPolicy",
     "Condition",
     "ConditionType",
+    "Elastic",
     "EnvServer",
     "Environments",
     "ExportStatus",
@@ -76,5 +78,6 @@ __all__ = [
     "SuccessPolicy",
     "TrainerSpec",
     "check_rules",
+    "json_numbers",
     "parse_job",
 ]

@@ -209,6 +209,20 @@ class Environments(CamelModel):
         return self.placement != "colocated"
 
 
+class Elastic(CamelModel):
+    """Bounds of a job whose worker count may change while it trains (`kubectl scale`, an HPA): workers
+    added start, pull the shared weights and train; workers removed (the highest indices) finish their
+    iteration and leave."""
+
+    min_workers: int = Field(1, ge=1, le=naming.MAX_REPLICAS, description="Fewest workers a scale may leave.")
+    max_workers: int = Field(
+        ge=1,
+        le=naming.MAX_REPLICAS,
+        description="Most workers a scale may ask for: the cluster every replica starts with lists this many "
+        "worker addresses, so it is fixed for the job's life.",
+    )
+
+
 class AgentsJobSpec(CamelModel):
     image: str | None = Field(
         None, max_length=1024, description="Image of every replica; defaults to the operator's trainer image."
@@ -218,6 +232,11 @@ class AgentsJobSpec(CamelModel):
     )
     trainer: TrainerSpec = Field(default_factory=TrainerSpec, description=TrainerSpec.__doc__)  # type: ignore[valid-type]
     replica_specs: ReplicaSpecs = Field(description="Replicas by type: ps, worker, evaluator.")
+    elastic: Elastic | None = Field(
+        None,
+        description="Lets replicaSpecs.worker.replicas change while the job runs (the scale subresource: "
+        "kubectl scale, an HorizontalPodAutoscaler), within these bounds; trainer.mode async only.",
+    )
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Lifecycle: cleanup, limits, suspend.")
     success_policy: SuccessPolicy = Field(
         "ChiefWorker", description="ChiefWorker: the job succeeds when worker 0 does. AllWorkers: when all do."
@@ -236,6 +255,11 @@ class AgentsJobSpec(CamelModel):
         "--allow-privileged-jobs (chart value podSecurity.allowPrivilegedJobs), else the job fails with "
         "reason PrivilegedNotAllowed and no pods are created.",
     )
+
+    @property
+    def worker_slots(self) -> int:
+        """How many worker addresses every replica's cluster lists: elastic.maxWorkers, else the workers."""
+        return self.elastic.max_workers if self.elastic else self.replica_specs.worker.replicas
 
     def restart_policy(self, replica_type: str) -> RestartPolicy:
         """Restart policy of the pods of any child type, env servers included."""
@@ -290,6 +314,14 @@ class AgentsJobStatus(CamelModel):
     completion_time: str | None = Field(None, description="When the job succeeded or failed (RFC 3339).")
     observed_generation: int | None = Field(None, description="The metadata.generation this status describes.")
     restarts: int = Field(0, ge=0, description="Pods replaced, counted against backoffLimit.")
+    workers: int | None = Field(
+        None,
+        description="The worker count the job's children were last made for (replicaSpecs.worker.replicas): a "
+        "change is a scale, said in an Event.",
+    )
+    worker_selector: str | None = Field(
+        None, description="Label selector of the job's worker pods (the scale subresource's, for an HPA)."
+    )
     progress: Progress | None = Field(None, description="Training progress read from the chief's /metrics.")
     tensorboard_url: str | None = Field(
         None, alias="tensorboardURL", description="In-cluster URL of the job's TensorBoard, when enabled."
@@ -359,6 +391,7 @@ class AgentsJob(CamelModel):
             job=self.name,
             namespace=self.namespace,
             counts=self.spec.replica_specs.counts(),
+            worker_slots=self.spec.worker_slots,
             placement=environments.placement,
             servers_per_worker=environments.servers_per_worker,
             env_port=environments.port,

@@ -82,7 +82,7 @@ def _previous(old: dict | None) -> AgentsJob | None:
     if old is None:
         return None
     try:
-        return AgentsJob.model_validate(_json_numbers(old), strict=True)
+        return AgentsJob.model_validate(json_numbers(old), strict=True)
     except ValidationError:
         return None
 
@@ -108,7 +108,7 @@ def parse_job(data: Any, old: dict | None = None) -> AgentsJob:
     not_json = _json_problems(data)
     if not_json:
         raise InvalidJob(not_json)
-    data = _json_numbers(data)
+    data = json_numbers(data)
     try:
         job = AgentsJob.model_validate(data, strict=True)
     except ValidationError as err:
@@ -141,15 +141,16 @@ def _json_problems(value: Any, loc: tuple = ()) -> list[Problem]:
     return []
 
 
-def _json_numbers(value: Any) -> Any:
-    """`value` with every integral float as an int: JSON has one number type, and the API server reads
-    `replicas: 2.0` as the integer 2, so validate does too (types stay strict otherwise)."""
+def json_numbers(value: Any) -> Any:
+    """`value` with every integral float as an int, as kubectl sends YAML's `replicas: 2.0` (as 2), so validate
+    reads it so too (types stay strict otherwise). A client must send it so as well: the API server reads a
+    JSON 2.0 as a float, which the scale subresource's path (spec.replicaSpecs.worker.replicas) refuses."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {key: _json_numbers(item) for key, item in value.items()}
+        return {key: json_numbers(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_json_numbers(item) for item in value]
+        return [json_numbers(item) for item in value]
     return value
 
 

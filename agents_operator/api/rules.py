@@ -71,8 +71,22 @@ def _remote_servers_fit(job: AgentsJob) -> bool:
     environments, replicas = job.spec.environments, job.spec.replica_specs
     if environments.placement != "remote":
         return True
-    count = env_server_count(replicas.worker.replicas, environments.servers_per_worker, replicas.evaluator is not None)
+    slots = job.spec.worker_slots
+    count = env_server_count(slots, environments.servers_per_worker, replicas.evaluator is not None)
     return count <= naming.MAX_REPLICAS
+
+
+def _counts_kept(new: AgentsJob, old: AgentsJob) -> bool:
+    """The replica counts are those of `old`, but for an elastic job's workers."""
+    before, after = old.spec.replica_specs.counts(), new.spec.replica_specs.counts()
+    if new.spec.elastic is not None:
+        before[naming.WORKER] = after[naming.WORKER]
+    return before == after
+
+
+def _within_bounds(job: AgentsJob) -> bool:
+    elastic, workers = job.spec.elastic, job.spec.replica_specs.worker.replicas
+    return elastic is None or elastic.min_workers <= workers <= elastic.max_workers
 
 
 def _metrics_port_fits(job: AgentsJob) -> bool:
@@ -138,14 +152,56 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        at=("spec", "replicaSpecs"),
-        cel="(has(self.ps) ? self.ps.replicas : 0) == (has(oldSelf.ps) ? oldSelf.ps.replicas : 0) && "
-        "self.worker.replicas == oldSelf.worker.replicas && "
-        "(has(self.evaluator) ? self.evaluator.replicas : 0) == "
-        "(has(oldSelf.evaluator) ? oldSelf.evaluator.replicas : 0)",
-        message="replica counts are immutable: every pod's TF_CONFIG lists the whole cluster",
+        at=("spec",),
+        cel="(has(self.replicaSpecs.ps) ? self.replicaSpecs.ps.replicas : 0) == "
+        "(has(oldSelf.replicaSpecs.ps) ? oldSelf.replicaSpecs.ps.replicas : 0) && "
+        "(has(self.elastic) || self.replicaSpecs.worker.replicas == oldSelf.replicaSpecs.worker.replicas) && "
+        "(has(self.replicaSpecs.evaluator) ? self.replicaSpecs.evaluator.replicas : 0) == "
+        "(has(oldSelf.replicaSpecs.evaluator) ? oldSelf.replicaSpecs.evaluator.replicas : 0)",
+        message="replica counts are immutable (every pod's TF_CONFIG lists the whole cluster), but for "
+        "replicaSpecs.worker.replicas of a job with spec.elastic",
         field="spec.replicaSpecs",
-        check=lambda new, old: old is None or new.spec.replica_specs.counts() == old.spec.replica_specs.counts(),
+        check=lambda new, old: old is None or _counts_kept(new, old),
+    ),
+    Rule(
+        at=("spec", "elastic"),
+        cel="self.minWorkers <= self.maxWorkers",
+        message="elastic.minWorkers must be at most elastic.maxWorkers",
+        field="spec.elastic.minWorkers",
+        check=lambda new, _: new.spec.elastic is None or new.spec.elastic.min_workers <= new.spec.elastic.max_workers,
+    ),
+    Rule(
+        at=("spec",),
+        cel="!has(self.elastic) || self.replicaSpecs.worker.replicas >= self.elastic.minWorkers && "
+        "self.replicaSpecs.worker.replicas <= self.elastic.maxWorkers",
+        message="replicaSpecs.worker.replicas must lie within elastic.minWorkers and elastic.maxWorkers "
+        "(a scale outside the job's bounds)",
+        field="spec.replicaSpecs.worker.replicas",
+        check=lambda new, _: _within_bounds(new),
+    ),
+    Rule(
+        at=("spec",),
+        cel="!has(self.elastic) || self.elastic.maxWorkers <= 1 || has(self.replicaSpecs.ps)",
+        message="elastic.maxWorkers above 1 needs replicaSpecs.ps (workers share parameters through the ps)",
+        field="spec.replicaSpecs.ps",
+        check=lambda new, _: (
+            new.spec.elastic is None or new.spec.elastic.max_workers <= 1 or new.spec.replica_specs.ps is not None
+        ),
+    ),
+    Rule(
+        at=("spec",),
+        cel="!has(self.elastic) || has(self.trainer.mode) && self.trainer.mode == 'async'",
+        message="elastic needs trainer.mode: async (the default, sync, waits for a fixed number of workers at "
+        "every step)",
+        field="spec.trainer.mode",
+        check=lambda new, _: new.spec.elastic is None or new.overrides.get("mode") == "async",
+    ),
+    Rule(
+        at=("spec",),
+        cel="has(self.elastic) == has(oldSelf.elastic) && (!has(self.elastic) || self.elastic == oldSelf.elastic)",
+        message="elastic is immutable: every replica's cluster lists elastic.maxWorkers worker addresses",
+        field="spec.elastic",
+        check=lambda new, old: old is None or new.spec.elastic == old.spec.elastic,
     ),
     Rule(
         at=("spec", "environments"),
@@ -182,10 +238,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         at=("spec",),
-        cel="self.environments.placement != 'remote' || self.replicaSpecs.worker.replicas * "
+        cel="self.environments.placement != 'remote' || "
+        "(has(self.elastic) ? self.elastic.maxWorkers : self.replicaSpecs.worker.replicas) * "
         f"self.environments.serversPerWorker + (has(self.replicaSpecs.evaluator) ? 1 : 0) <= {naming.MAX_REPLICAS}",
-        message=f"placement remote makes workers x serversPerWorker env servers (+1 for the evaluator); at most "
-        f"{naming.MAX_REPLICAS}",
+        message=f"placement remote makes workers (elastic.maxWorkers when set) x serversPerWorker env servers (+1 "
+        f"for the evaluator); at most {naming.MAX_REPLICAS}",
         field="spec.environments.serversPerWorker",
         check=lambda new, _: _remote_servers_fit(new),
     ),

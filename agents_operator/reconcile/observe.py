@@ -33,11 +33,13 @@ class Desired:
     """(type, index) of every pod, in the order `topology.Topology.slots` gives (creates follow it)."""
     others: dict[tuple[str, str], dict]
     """Every other child by (kind, name), in render order. Shared between plans: copied into a Create."""
+    elastic: bool = False
+    """The worker count may change (spec.elastic): workers past it, and their env servers, were scaled away."""
 
     @classmethod
     def of(cls, job: api.AgentsJob, options: render.RenderOptions) -> Desired:
         others = {(c["kind"], c["metadata"]["name"]): c for c in render.non_pod_children(job, options)}
-        return cls(tuple(job.topology.slots()), others)
+        return cls(tuple(job.topology.slots()), others, job.spec.elastic is not None)
 
 
 class DesiredCache:
@@ -101,8 +103,7 @@ def observe(
             seen.slots[pod.slot] = pod
             continue
         if not pod.terminating:
-            why = "owned by an earlier job of the same name" if foreign else "not a replica of the spec"
-            seen.strays.append(Delete(KIND_POD, pod.name, why))
+            seen.strays.append(Delete(KIND_POD, pod.name, _why_stray(pod, foreign, desired)))
         if pod.slot in expected:
             seen.slots[pod.slot] = replace(pod, terminating=True)
     for raw, kind in [*((s, KIND_SERVICE) for s in services), *((d, KIND_DEPLOYMENT) for d in deployments)]:
@@ -114,6 +115,15 @@ def observe(
             child = replace(child, terminating=True)
         seen.children[child.kind, child.name] = child
     return seen
+
+
+def _why_stray(pod: PodView, foreign: bool, desired: Desired) -> str:
+    if foreign:
+        return "owned by an earlier job of the same name"
+    if desired.elastic and pod.replica_type in (naming.WORKER, naming.ENV_SERVER):
+        workers = sum(1 for t, _ in desired.slots if t == naming.WORKER)
+        return f"scaled to {workers} worker(s) (replicaSpecs.worker.replicas)"
+    return "not a replica of the spec"
 
 
 def _as_child(obj: Mapping | ChildView, job: str, kind: str) -> ChildView | None:

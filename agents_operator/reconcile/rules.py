@@ -23,6 +23,8 @@ DEADLINE_EXCEEDED = "DeadlineExceeded"
 POD_FAILED = "PodFailed"
 """A pod failed under restartPolicy Never (the job fails); also the Event of a failure that is replaced."""
 PERMANENT_EXIT_CODE = "PermanentExitCode"
+SCALED = "Scaled"
+"""The Event of a change of an elastic job's worker count."""
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 
 PERMANENT_EXIT_CODES = range(1, 128)

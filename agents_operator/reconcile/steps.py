@@ -151,6 +151,7 @@ def plan(
         b.delete(stray.kind, stray.name, stray.reason)
     b.status.observed_generation = meta.get("generation")
     b.status.tensorboard_url = render.tensorboard_url(spec)
+    b.status.worker_selector = naming.type_selector(name, naming.WORKER)
     j = _Job(name, spec, prev, old, desired, options, seen)
     return _finished(b, j) if jobstatus.finished(prev) else _decide(b, j)
 
@@ -224,6 +225,7 @@ def _progress(b: _Builder, j: _Job, failures: rules.Failures) -> act.Plan:
     if jobstatus.is_true(j.prev, api.SUSPENDED):
         b.conditions.resumed()
         b.status.start_time = None  # the deadline counts from the resume, as for a batch Job
+    _scale(b, j)
     created = _create_missing(b, j)
     if stuck := [p for p in j.slots.values() if p.waiting and p.state == POD_ACTIVE]:
         b.conditions.cannot_start(stuck)
@@ -245,6 +247,16 @@ def _suspend(b: _Builder, j: _Job) -> act.Plan:
     b.conditions.suspended()
     b.status.replica_statuses = replica_statuses(j.spec, {s: p for s, p in j.slots.items() if not p.terminating})
     return b.finish(j.old)
+
+
+def _scale(b: _Builder, j: _Job) -> None:
+    """An elastic job whose worker count changed since its children were made says so (the pods follow in
+    `_create_missing` and as strays: the highest indices go)."""
+    workers, before = j.spec.spec.replica_specs.worker.replicas, j.prev.workers
+    if before is not None and before != workers:
+        why = "added" if workers > before else "removed, the highest indices first"
+        b.conditions.events.append(act.Event(act.NORMAL, rules.SCALED, f"workers {before} -> {workers}: {why}"))
+    b.status.workers = workers
 
 
 def _create_missing(b: _Builder, j: _Job) -> list[Slot]:

@@ -39,7 +39,7 @@ def trainer_launch(job: AgentsJob, replica_type: str, index: int, options: Rende
         resume=True,
         job=job.name,
         namespace=job.namespace,
-        peers=tfconfig.build(job.name, job.namespace, layout.counts, replica_type, index, options.port),
+        peers=tfconfig.build(job.name, job.namespace, layout.members, replica_type, index, options.port),
         env_servers=tfconfig.EnvServers(servers, job.spec.environments.mode) if servers else None,
     )
 

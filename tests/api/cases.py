@@ -70,6 +70,14 @@ class Bad:
 WORKER_POD = "spec.replicaSpecs.worker.template.spec"
 
 
+def elastic_spec(*, ps: bool = True, workers: int = 2, **elastic) -> dict:
+    """The spec of `manifest()` as an elastic job (trainer.mode async, spec.elastic as given, 4 workers at most
+    unless said)."""
+    replicas: dict = {"worker": {"replicas": workers}, **({"ps": {"replicas": 1}} if ps else {})}
+    bounds = {"maxWorkers": 4, **elastic}
+    return {"trainer": {"preset": "pendulum", "mode": "async"}, "replicaSpecs": replicas, "elastic": bounds}
+
+
 CONTAINER_RULE = "containers[*].securityContext: privileged, allowPrivilegeEscalation"
 
 
@@ -165,6 +173,13 @@ BAD = [
     Bad("spec.replicaSpecs.ps.replicas", 1000, "spec.replicaSpecs.ps.replicas", "Input should be less than"),
     Bad("spec.replicaSpecs.worker", DELETE, "spec.replicaSpecs.worker", "Field required"),
     Bad("spec.replicaSpecs.ps", DELETE, "spec.replicaSpecs.ps", "replicaSpecs.ps is required"),
+    Bad("spec", elastic_spec(minWorkers=3, maxWorkers=2), "spec.elastic.minWorkers", "at most elastic.maxWorkers"),
+    Bad("spec", elastic_spec(maxWorkers=1), "spec.replicaSpecs.worker.replicas", "must lie within elastic.minWorkers"),
+    Bad("spec", elastic_spec(minWorkers=3, maxWorkers=4), "spec.replicaSpecs.worker.replicas", "must lie within"),
+    Bad("spec", elastic_spec(ps=False, workers=1), "spec.replicaSpecs.ps", "elastic.maxWorkers above 1 needs"),
+    Bad("spec.elastic", {"maxWorkers": 4}, "spec.trainer.mode", "elastic needs trainer.mode: async"),
+    Bad("spec.elastic", {"minWorkers": 0, "maxWorkers": 4}, "spec.elastic.minWorkers", "greater than or equal to 1"),
+    Bad("spec.elastic", {"minWorkers": 1}, "spec.elastic.maxWorkers", "Field required"),
     Bad("spec.replicaSpecs.evaluator", {"replicas": 2}, "spec.replicaSpecs.evaluator.replicas", "must be 1"),
     Bad("spec.replicaSpecs.evaluator", {}, "spec.replicaSpecs.evaluator", "replicaSpecs.evaluator needs storage"),
     Bad(
@@ -358,7 +373,7 @@ INTEGRAL_FLOATS = manifest(
     replicaSpecs={"ps": {"replicas": 1.0}, "worker": {"replicas": 2.0}},
 )
 
-"""Accepted by the API server: JSON has one number type (tests/e2e sends it too)."""
+"""Accepted by validate and by the API server as kubectl sends it (YAML's 2.0 as JSON's 2; tests/e2e)."""
 
 
 IMMUTABLE = [
@@ -370,6 +385,37 @@ IMMUTABLE = [
     ("spec.successPolicy", "AllWorkers", "spec.successPolicy", "successPolicy is immutable"),
     ("spec.environments", {"placement": "sidecar"}, "spec.environments", "environments is immutable"),
 ]
+
+
+@dataclass(frozen=True)
+class Update:
+    """An update of an elastic job (`elastic_spec()` before); `field` and `reason` say why it is refused, or are
+    empty: it is taken."""
+
+    name: str
+    spec: dict
+    field: str = ""
+    reason: str = ""
+
+
+ELASTIC_UPDATES = [
+    Update("scale-up", elastic_spec(workers=4)),
+    Update("scale-down", elastic_spec(workers=1)),
+    Update("past-max", elastic_spec(workers=5), "spec.replicaSpecs.worker.replicas", "must lie within"),
+    Update("bounds", elastic_spec(maxWorkers=6), "spec.elastic", "elastic is immutable"),
+    Update("not-elastic", {**elastic_spec(), "elastic": DELETE}, "spec.elastic", "elastic is immutable"),
+    Update(
+        "ps",
+        elastic_spec() | {"replicaSpecs": {"ps": {"replicas": 2}, "worker": {"replicas": 2}}},
+        "spec.replicaSpecs",
+        "replica counts are immutable",
+    ),
+]
+
+
+def elastic_manifest(spec: dict) -> dict:
+    """`manifest()` with `spec` (an entry DELETE is left out)."""
+    return {**manifest(), "spec": {key: value for key, value in spec.items() if value is not DELETE}}
 
 
 def changed(path: str, value) -> dict:

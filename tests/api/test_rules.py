@@ -9,10 +9,13 @@ from agents_operator import api, naming
 from agents_operator.api import parse_job
 from tests.api.cases import (
     BAD,
+    ELASTIC_UPDATES,
     ESCALATIONS,
     IMMUTABLE,
     bad_manifest,
     changed,
+    elastic_manifest,
+    elastic_spec,
     manifest,
     problems,
     schema_valid,
@@ -67,6 +70,17 @@ def test_mutable_fields_may_change():
     parse_job(new, old)
 
 
+@pytest.mark.parametrize("update", ELASTIC_UPDATES, ids=lambda u: u.name)
+def test_an_elastic_job_changes_its_worker_count_and_nothing_else(update):
+    old, new = elastic_manifest(elastic_spec()), elastic_manifest(update.spec)
+    if not update.field:
+        assert (
+            parse_job(new, old).spec.replica_specs.worker.replicas == update.spec["replicaSpecs"]["worker"]["replicas"]
+        )
+        return
+    assert any(p.startswith(f"{update.field}: ") and update.reason in p for p in problems(new, old))
+
+
 # The CRD's CEL rules and the Python checks are one rule each, written twice: they must agree.
 
 CASES = [manifest()] + [bad_manifest(b) for b in BAD if not b.not_json and schema_valid(bad_manifest(b))]
@@ -88,3 +102,12 @@ def test_cel_transition_rules_agree_with_python(rule, path, value, _field, _reas
         verdict = cel_verdict(rule, *pair)
         if verdict is not None:
             assert verdict == rule.check(*map(parsed, pair))
+
+
+@pytest.mark.parametrize("rule", [r for r in api.RULES if r.transition], ids=lambda r: r.cel[:50])
+@pytest.mark.parametrize("update", ELASTIC_UPDATES, ids=lambda u: u.name)
+def test_cel_transition_rules_agree_with_python_on_elastic_updates(rule, update):
+    old, new = elastic_manifest(elastic_spec()), elastic_manifest(update.spec)
+    verdict = cel_verdict(rule, new, old)
+    if verdict is not None:
+        assert verdict == rule.check(parsed(new), parsed(old))

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from agents_operator import api, crd, naming, render
 from agents_operator.kube import ApiError, Kube
@@ -97,9 +98,17 @@ def test_a_good_manifest_passes_both(kube, dry_namespace):
     kube.request("POST", jobs_path(dry_namespace), body=manifest(), query=STRICT_DRY_RUN)
 
 
-def test_a_good_manifest_with_integral_floats_passes_both(kube, dry_namespace):
+def test_a_good_manifest_with_integral_floats_passes_both(kube, dry_namespace, kubectl, tmp_path):
     api.parse_job(copy.deepcopy(INTEGRAL_FLOATS))
-    kube.request("POST", jobs_path(dry_namespace), body=INTEGRAL_FLOATS, query=STRICT_DRY_RUN)
+    path = tmp_path / "floats.yaml"
+    path.write_text(yaml.safe_dump(INTEGRAL_FLOATS))  # replicas: 2.0, as a user may write it
+    kubectl("apply", "--dry-run=server", "-n", dry_namespace, "-f", str(path))  # kubectl sends it as 2
+    kube.request("POST", jobs_path(dry_namespace), body=api.json_numbers(INTEGRAL_FLOATS), query=STRICT_DRY_RUN)
+    # Sent as JSON's 2.0, the server reads a float, which the scale subresource's path does not take
+    # (hence `api.json_numbers` in AgentsJobClient.create).
+    with pytest.raises(ApiError) as err:
+        kube.request("POST", jobs_path(dry_namespace), body=INTEGRAL_FLOATS, query=STRICT_DRY_RUN)
+    assert "spec.replicaSpecs.worker.replicas" in err.value.message and "float64" in err.value.message
 
 
 def test_the_api_server_fills_in_the_models_defaults(kube, dry_namespace):
@@ -185,8 +194,10 @@ def test_kubectl_get_aj_shows_the_columns(kube, namespace, quiet, kubectl):
     kube.request("PATCH", f"{jobs_path(namespace)}/demo/status", body={"status": status}, content_type=MERGE)
     table = kubectl("get", "aj", "-n", namespace)
     header, row = (re.split(r"\s{2,}", line.strip()) for line in table.strip().splitlines())
-    assert header == ["NAME", "STATE", "WORKERS", "STEP", "SCORE", "AGE"]
-    assert row[:5] == ["demo", "Running", "2", "42", "-120.5"]
+    assert header == ["NAME", "STATE", "WORKERS", "DESIRED", "STEP", "SCORE", "AGE"]
+    assert row[:6] == ["demo", "Running", "2", "2", "42", "-120.5"]
+    wide = kubectl("get", "aj", "-n", namespace, "-o", "wide").strip().splitlines()[0]
+    assert re.split(r"\s{2,}", wide.strip()) == ["NAME", "STATE", "WORKERS", "DESIRED", "MAX", "STEP", "SCORE", "AGE"]
     assert kubectl("get", "agentsjobs.agents.dev", "-n", namespace, "-o", "name").split() == [
         "agentsjob.agents.dev/demo"
     ]

@@ -349,3 +349,57 @@ def test_sidecar_placement_adds_containers_not_pods():
     assert [c.name for c in plan.of(Create) if c.kind == "Pod"] == ["pj-ps-0", "pj-worker-0", "pj-worker-1"]
     worker = next(c.obj for c in plan.of(Create) if c.kind == "Pod" and c.name == "pj-worker-0")
     assert [c["name"] for c in worker["spec"]["initContainers"]] == ["env-server"]
+
+
+# --- an elastic job scaled ----------------------------------------------------------------------------------
+
+
+def test_an_elastic_job_scaled_up_then_down_adds_and_removes_the_highest_workers_and_says_so():
+    world = World(make_job(workers=1, elastic={"minWorkers": 1, "maxWorkers": 4}), graceful=True)
+    world.started()
+    assert world.status["workers"] == 1
+    assert world.status["workerSelector"] == "agents.dev/job-name=pj,agents.dev/replica-type=worker"
+    untouched = copy.deepcopy(world.pods)
+    world.job["spec"]["replicaSpecs"]["worker"]["replicas"] = 3  # kubectl scale --replicas=3
+    plan = world.step()
+    assert kinds_names(plan.actions) == {("Pod", "pj-worker-1"), ("Pod", "pj-worker-2")} | {
+        ("Service", "pj-worker-1"),
+        ("Service", "pj-worker-2"),
+    }
+    assert not plan.of(Delete)
+    assert [(e.reason, e.message) for e in plan.events if e.reason == "Scaled"] == [("Scaled", "workers 1 -> 3: added")]
+    assert world.status["workers"] == 3
+    assert all(world.pods[name] == pod for name, pod in untouched.items())  # no other pod restarts
+    world.run_all()
+    world.settle()
+    world.job["spec"]["replicaSpecs"]["worker"]["replicas"] = 2
+    plan = world.step()
+    assert [(d.kind, d.name, d.reason, d.grace_seconds) for d in plan.of(Delete)] == [
+        ("Pod", "pj-worker-2", "scaled to 2 worker(s) (replicaSpecs.worker.replicas)", None),  # SIGTERM, its grace
+        ("Service", "pj-worker-2", "not a child of the spec", None),
+    ]
+    assert [e.message for e in plan.events if e.reason == "Scaled"] == [
+        "workers 3 -> 2: removed, the highest indices first"
+    ]
+    world.set_phase("pj-worker-2", "Failed", exit_code=143)  # it left on SIGTERM while being deleted
+    plan = world.step()
+    assert world.status["restarts"] == 0 and not plan.of(Create)  # not a failure, not replaced
+    world.finish_terminating()
+    world.settle()
+    assert sorted(world.pods) == ["pj-ps-0", "pj-worker-0", "pj-worker-1"]
+    assert world.condition("Running")["status"] == "True"
+
+
+def test_every_replica_of_an_elastic_job_lists_every_worker_slot_so_no_pod_changes_when_it_scales():
+    from agents_operator import api, render, tfconfig
+
+    def tf_config(workers, name):
+        job = api.parse_job(make_job(workers=workers, elastic={"maxWorkers": 4}))
+        pod = render.pod(job, *name)
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        return tfconfig.parse(env[tfconfig.ENV_VAR]), pod
+
+    config, pod = tf_config(2, ("worker", 1))
+    assert config.num_workers == 4 and config.cluster["worker"][3] == "pj-worker-3.ns.svc:2222"
+    assert tf_config(3, ("worker", 1))[1] == pod
+    assert tf_config(1, ("ps", 0))[1] == tf_config(4, ("ps", 0))[1]
