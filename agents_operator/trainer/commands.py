@@ -200,6 +200,8 @@ def run_train(args: argparse.Namespace) -> int:
     result = loop.train(
         config, args.logdir, cluster=cluster, env_servers=env_servers, metrics_host=bind, preset=args.config
     )
+    if result.stopped:
+        return reporting.STOPPED
     logging.getLogger(__name__).info("done: %d env steps, %d iterations", result.env_steps, result.iterations)
     return 0
 

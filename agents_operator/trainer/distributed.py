@@ -5,7 +5,7 @@ servers only serve variables; each worker builds the learner graph with a `repli
 weights, optimizer slots, counters and normaliser statistics live on the ps tasks (sharded round-robin when
 there are several) while the ops run on the worker.
 
-Three protocols sit on top of plain `tf.distribute.Server`s:
+Four protocols sit on top of plain `tf.distribute.Server`s:
 
 - **Start-up in any order.** Before connecting, a replica waits for each peer's name to resolve and its
   port to accept connections, with backoff, and says so in its log.
@@ -13,18 +13,24 @@ Three protocols sit on top of plain `tf.distribute.Server`s:
   or restarted ps): from its latest checkpoint when there is one, else from scratch. Other workers wait
   until every variable is initialised. A chief that restarts therefore keeps the live state, and a ps
   that restarts is restored from the chief's checkpoint.
-- **Completion.** Each ps owns a FIFO queue; a worker that finishes puts one token into every ps's queue,
-  and a ps exits 0 once it holds a token from every worker, so parameter servers do not linger.
+- **Membership.** The cluster lists a worker address per slot (an elastic job's most workers), not only
+  the workers there are: a worker that joins sets its flag in a vector on ps 0 and clears it when it
+  leaves (its job finished, or SIGTERM after it was scaled away), so the chief knows who is really there.
+- **Completion.** Each ps owns a FIFO queue. The chief finishes last: once no other worker is flagged (or
+  the flagged ones no longer listen: they died), it saves the final checkpoint and puts a token into every
+  ps's queue, and a ps exits 0 at that token, so parameter servers do not linger.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 
 from agents_operator import naming, topology
@@ -120,16 +126,18 @@ def wait_for(name: str, address: str, sleep: Callable[[float], None] = time.slee
         delay = min(delay * 2, WAIT_MAX_SECONDS)
 
 
-def wait_until_gone(addresses: list[str], note: Callable[[str], None], timeout: float = GONE_TIMEOUT_SECONDS) -> None:
-    """Block until nothing listens on any of `addresses` (those replicas have exited), or `timeout`."""
+def wait_until_gone(
+    others: Callable[[], list[str]], note: Callable[[str], None], timeout: float = GONE_TIMEOUT_SECONDS
+) -> None:
+    """Block until none of the addresses `others()` names (the workers flagged in the job) still listens (they
+    left, or died), or `timeout`."""
     deadline = time.monotonic() + timeout
-    remaining = list(addresses)
+    remaining = [a for a in others() if _listening(a)]
     if remaining:
         note(f"waiting for {len(remaining)} other worker(s) to finish")
     while remaining and time.monotonic() < deadline:
-        remaining = [a for a in remaining if _listening(a)]
-        if remaining:
-            time.sleep(READY_POLL_SECONDS)
+        time.sleep(READY_POLL_SECONDS)
+        remaining = [a for a in others() if _listening(a)]
     if remaining:
         note(f"gave up waiting after {timeout:.0f} s for: {', '.join(remaining)}")
 
@@ -185,7 +193,7 @@ def _done_queue(ps_index: int, num_workers: int) -> tf.compat.v1.FIFOQueue:
 
 
 def done_ops(cluster: Cluster) -> list[tf.Operation]:
-    """Ops (built in a worker's graph) that put this worker's token into every ps's done queue."""
+    """Ops (built in the chief's graph) that put its token into every ps's done queue: the job is over."""
     return [
         _done_queue(i, cluster.num_workers).enqueue(cluster.tf_config.task_index)
         for i in range(cluster.tf_config.num_ps)
@@ -193,21 +201,68 @@ def done_ops(cluster: Cluster) -> list[tf.Operation]:
 
 
 def run_ps(tf_config: TFConfig, threads: int = 1) -> int:
-    """Serve variables until every worker has reported done, then return 0."""
+    """Serve variables until the chief says the job is over, then return 0."""
     server = start_server(tf_config, threads)
-    index, workers = tf_config.task_index, tf_config.num_workers
+    index = tf_config.task_index
     graph = tf.Graph()
     with graph.as_default():
-        dequeue = _done_queue(index, workers).dequeue()
+        dequeue = _done_queue(index, tf_config.num_workers).dequeue()
     config = tf.compat.v1.ConfigProto(device_filters=[f"/job:ps/task:{index}"])
     with tf.compat.v1.Session(server.target, graph=graph, config=config) as session:
-        finished: set[int] = set()
-        while len(finished) < workers:
-            worker = int(session.run(dequeue))
-            finished.add(worker)
-            log.info("worker %d finished (%d of %d)", worker, len(finished), workers)
-    log.info("every worker finished: ps %d exits", index)
+        session.run(dequeue)
+    log.info("the chief finished the job, after every other worker: ps %d exits", index)
     return 0
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Which worker slots are taken: a flag per slot in a variable on ps 0, set by `join`, cleared by
+    `leave`. It is not part of the checkpoints: a ps that restarts starts with none, and each worker, once
+    it has reconnected, joins again. `done` (the chief's only) tells every ps that the job is over."""
+
+    flags: tf.Variable
+    join: tf.Operation
+    leave: tf.Operation
+    initialized: tf.Tensor
+    done: list[tf.Operation]
+
+    @classmethod
+    def create(cls, cluster: Cluster) -> Membership:
+        v1, index = tf.compat.v1, cluster.tf_config.task_index
+        with v1.device("/job:ps/task:0"):
+            flags = v1.get_variable(
+                "membership",
+                [cluster.num_workers],
+                tf.int32,
+                v1.zeros_initializer(),
+                trainable=False,
+                collections=[],
+                use_resource=True,
+            )
+        with v1.device(cluster.device):
+            one, zero = tf.constant([1]), tf.constant([0])
+        join = flags.scatter_update(tf.IndexedSlices(one, tf.constant([index]))).op
+        leave = flags.scatter_update(tf.IndexedSlices(zero, tf.constant([index]))).op
+        with v1.device(cluster.device):
+            done = done_ops(cluster) if cluster.is_chief else []
+        return cls(flags, join, leave, v1.is_variable_initialized(flags), done)
+
+    def enter(self, session: tf.compat.v1.Session, is_chief: bool) -> None:
+        """Take this worker's slot (the chief first makes the flags when a fresh ps has none)."""
+        if is_chief and not session.run(self.initialized):
+            session.run(self.flags.initializer)
+        while not session.run(self.initialized):
+            time.sleep(READY_POLL_SECONDS)
+        session.run(self.join)
+
+    def members(self, session: tf.compat.v1.Session) -> list[int]:
+        """The slots taken now."""
+        return [int(i) for i in np.flatnonzero(session.run(self.flags))]
+
+    def give_back(self, session: tf.compat.v1.Session) -> None:
+        """Free this worker's slot (nothing to free when ps 0 is gone: its flags went with it)."""
+        with contextlib.suppress(*LOST_CONNECTION):
+            session.run(self.leave)
 
 
 def prepare_session(

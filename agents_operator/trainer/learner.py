@@ -283,7 +283,7 @@ class Learner:
                 self._saver = v1.train.Saver(self._g.shared_variables, max_to_keep=None, save_relative_paths=True)
                 if cluster is not None:
                     self._uninitialized = v1.report_uninitialized_variables(self._g.shared_variables)
-                self._done = distributed.done_ops(cluster) if cluster else []
+            self.membership = distributed.Membership.create(cluster) if cluster else None
             self._sync = replicas.SyncOps.create(self._g.sync_optimizer, chief) if self._g.sync_optimizer else None
         self.graph.finalize()
         self._coordinator: tf.train.Coordinator | None = None
@@ -303,6 +303,7 @@ class Learner:
         mode, set up the gradient aggregation (the chief runs its queue runner)."""
         assert self.cluster is not None
         distributed.prepare_session(self.session, self._uninitialized, initialize, self.cluster.is_chief)
+        self.membership.enter(self.session, self.cluster.is_chief)
         self._reset_local()
         if self._sync is not None:
             self._sync.start(self.session, self.cluster.is_chief)
@@ -318,16 +319,16 @@ class Learner:
         self.join(initialize)
 
     def finish(self) -> None:
-        """Tell every ps that this worker is done (a ps exits once all workers are); the learner is closed.
-
-        The training session is closed first, while the ps tasks still run: in sync mode the chief's queue
-        runner waits on a ps for gradients that will not come, and closing a session after that ps has
-        exited would wait for the call forever. The tokens go out through a session of their own.
-        """
+        """Give this worker's slot back; the chief, which leaves last, also tells every ps that the job is over
+        (a ps exits then), through a session of its own: the training session is closed first, while the ps
+        tasks still run (in sync mode the chief's queue runner waits on a ps for gradients that will not come,
+        and closing a session after that ps has exited would wait for the call forever)."""
+        if self.membership is not None:
+            self.membership.give_back(self.session)
         self._close_session()
-        if self._done:
+        if self.membership is not None and self.membership.done:
             with tf.compat.v1.Session(self.target, graph=self.graph, config=self._session_config()) as session:
-                session.run(self._done)
+                session.run(self.membership.done)
 
     def initialize(self) -> LearnerState:
         """Fresh shared state (the chief, or a single process) and a fresh local copy."""
@@ -398,8 +399,7 @@ class Learner:
         variable of another shape (the network settings changed) and fail only at the next use, by op name."""
         saved = tf.compat.v1.train.NewCheckpointReader(prefix).get_variable_to_shape_map()
         wanted = {v.op.name: v.shape.as_list() for v in self._g.shared_variables}
-        missing = sorted(set(wanted) - set(saved))
-        if missing:
+        if missing := sorted(set(wanted) - set(saved)):
             raise CheckpointError(f"variables missing from the checkpoint: {', '.join(missing)}")
         for name, shape in wanted.items():
             if list(saved[name]) != shape:

@@ -25,7 +25,7 @@ import numpy as np
 from agents_operator import exported, topology
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
-from agents_operator.trainer import checkpoints, distributed, export, final, rundir
+from agents_operator.trainer import checkpoints, distributed, export, final, leaving, rundir
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.rollout import simulation_share
 from agents_operator.trainer.envserver import client
@@ -57,6 +57,7 @@ class RunResult:
     evaluated_after: list[float] = field(default_factory=list)  # per evaluation: the run's seconds before it,
     # start-up included, evaluations excluded
     wall_seconds: float = 0.0
+    stopped: bool = False  # a worker that left on SIGTERM before the job's end (`leaving.StopRequest`)
 
     @property
     def sampling_seconds(self) -> float:
@@ -98,11 +99,15 @@ def train(
             rundir.write_preset(logdir, preset)
     with contextlib.ExitStack() as stack:
         run = _Run.open(stack, config, logdir, stream, cluster, env_servers, metrics_host, chief)
+        stop = stack.enter_context(leaving.StopRequest.on_sigterm(cluster))
         state = run.begin()
-        while not _finished(state, config, cluster):
+        while not _finished(state, config, cluster) and not stop.requested:
             state = run.iteration(state)
+        if stop.requested:
+            run.outputs.progress.note(f"SIGTERM: leaving the job after iteration {state.iterations}")
         state = run.end(state)
     result = run.outputs.result
+    result.stopped = stop.requested
     result.env_steps, result.iterations = state.env_steps, state.iterations
     result.wall_seconds = time.monotonic() - started
     result.evaluated_after = [clock - started for clock in run.outputs.evaluation_clock]
@@ -228,7 +233,7 @@ class _Run:
         and the export."""
         config, progress = self.config, self.outputs.progress
         if self.cluster is not None:
-            state = _leave_cluster(self.cluster, self.learner, self.logdir, progress)
+            state = leaving.leave_cluster(self.cluster, self.learner, self.logdir, progress)
         if not self.chief:
             return state
         evaluated = self.final_pass(state)
@@ -317,24 +322,6 @@ def _export(
     preset = rundir.load_preset(logdir)
     metadata = export.export_state(out, config, state, checkpoint, source, preset, replace=True, evaluated=evaluated)
     progress.note(f"exported {out}: {checkpoint.name}, evaluation return {metadata.evaluation.mean_return:.1f}")
-
-
-def _leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:
-    """End this worker's part in the job; the chief leaves last and saves the final state.
-
-    The chief keeps its session (and, in sync mode, the queue runner that applies aggregated gradients)
-    until every other worker has left, so that none is left waiting for an update; then it checkpoints
-    what they all learned.
-    """
-    if cluster.is_chief:
-        own = cluster.tf_config.task_index
-        others = [a for i, a in enumerate(cluster.tf_config.cluster["worker"]) if i != own]
-        distributed.wait_until_gone(others, progress.note)
-    state = learner.state()
-    if cluster.is_chief:
-        progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
-    learner.finish()
-    return state
 
 
 def _share_statistics(env: TrainingEnv, state: LearnerState) -> None:

@@ -15,6 +15,9 @@ from agents_operator.trainer import checkpoints, usage
 FAILED = 1
 USAGE_ERROR = 2
 INTERRUPTED = 130
+STOPPED = 128 + 15
+"""A worker that left its job on SIGTERM (scaled away, or its pod stopped), as a shell reports a process that
+SIGTERM ended: 128 and above is retried under restartPolicy ExitCode, and no exit 0 reads as a success."""
 
 Command = Callable[[argparse.Namespace], int]
 

@@ -13,7 +13,9 @@ SCRIPT = Path(__file__).with_name("tiny_replica.py")
 
 
 def test_one_ps_two_workers_started_in_any_order_and_the_ps_exits_by_itself():
-    ports = [free_port() for _ in range(3)]
+    """The cluster lists three worker slots (an elastic job's most workers); slot 2 stays empty, as in a job
+    scaled to two: nobody waits for it."""
+    ports = [free_port() for _ in range(4)]
     cluster = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{p}" for p in ports[1:]]}
 
     def start(task_type, index):
@@ -37,4 +39,7 @@ def test_one_ps_two_workers_started_in_any_order_and_the_ps_exits_by_itself():
     assert "initialising them" in outputs["worker0"]  # the chief initialises ...
     assert "initialising them" not in outputs["worker1"]  # ... the others wait for it
     assert "w = [1.0, 1.0, 1.0, 1.0]" in outputs["worker0"]  # shared variables converged
-    assert "every worker finished: ps 0 exits" in outputs["ps"]
+    assert "the chief finished the job, after every other worker: ps 0 exits" in outputs["ps"]
+    joined = [line for line in outputs["worker0"].splitlines() if "joins" in line]
+    assert joined and joined[0].endswith(("slots taken [0]", "slots taken [0, 1]")), outputs["worker0"]
+    assert "gave up waiting" not in outputs["worker0"]

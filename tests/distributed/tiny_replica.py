@@ -28,13 +28,20 @@ def main() -> int:
             train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
             init = tf.compat.v1.global_variables_initializer()
             uninitialized = tf.compat.v1.report_uninitialized_variables()
-        done = distributed.done_ops(cluster)
+        membership = distributed.Membership.create(cluster)
     with tf.compat.v1.Session(server.target, graph=graph, config=cluster.session_config(1)) as session:
         distributed.prepare_session(session, uninitialized, lambda: session.run(init), cluster.is_chief)
+        membership.enter(session, cluster.is_chief)
+        print(f"worker {cfg.task_index} joins: slots taken {membership.members(session)}", flush=True)
         while session.run(step) < int(os.environ.get("STEPS", "50")):
             session.run(train)
         print(f"worker {cfg.task_index} sees w = {session.run(weights).round(3).tolist()}", flush=True)
-        session.run(done)
+        if cluster.is_chief:  # the chief leaves last (as trainer/leaving.py's leave_cluster)
+            addresses = cfg.cluster["worker"]
+            others = lambda: [addresses[i] for i in membership.members(session) if i != cfg.task_index]  # noqa: E731
+            distributed.wait_until_gone(others, print)
+        membership.give_back(session)
+        session.run(membership.done)
     return 0
 
 

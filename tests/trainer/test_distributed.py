@@ -70,13 +70,17 @@ def test_wait_until_gone_waits_for_listeners_to_go_and_says_so():
     notes = []
     with socket.create_server(("127.0.0.1", 0)) as listening:
         address = f"127.0.0.1:{listening.getsockname()[1]}"
-        distributed.wait_until_gone([address], notes.append, timeout=0.3)
-    assert notes == ["waiting for 1 other worker(s) to finish", f"gave up waiting after 0 s for: {address}"]
+        distributed.wait_until_gone(lambda: [address], notes.append, timeout=0.3)
+        assert notes == ["waiting for 1 other worker(s) to finish", f"gave up waiting after 0 s for: {address}"]
+        notes.clear()
+        members = [[address], [address], []]  # it gives its slot back while it still listens: not waited for
+        distributed.wait_until_gone(lambda: members.pop(0), notes.append, timeout=30)
+        assert notes == ["waiting for 1 other worker(s) to finish"] and not members
     notes.clear()
-    distributed.wait_until_gone([address], notes.append, timeout=30)  # closed now: gone at the first look
-    assert notes == ["waiting for 1 other worker(s) to finish"]
-    distributed.wait_until_gone([], notes.append)
-    assert notes == ["waiting for 1 other worker(s) to finish"]
+    distributed.wait_until_gone(lambda: [address], notes.append, timeout=30)  # closed now (it died): gone at once
+    assert notes == []
+    distributed.wait_until_gone(lambda: [], notes.append)
+    assert notes == []
 
 
 def test_the_first_line_of_a_graph_error_is_its_cause():

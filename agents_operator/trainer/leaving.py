@@ -1,0 +1,66 @@
+"""How a worker leaves its job: at the end, the chief last, saving the final state once the others are gone; or
+before the end, on SIGTERM (the job was scaled down past it, or its pod is stopping)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from agents_operator import naming
+from agents_operator.trainer import checkpoints, distributed
+from agents_operator.trainer.learner import Learner, LearnerState
+from agents_operator.trainer.progress import Progress
+
+
+class StopRequest:
+    """Whether this worker was asked to leave (SIGTERM: the job was scaled down past it, or its pod is stopping).
+
+    A worker other than the chief then ends the iteration in flight, pushes it, gives its slot back and exits
+    (`reporting.STOPPED`), so that a scale-down loses no step. The chief keeps SIGTERM's default: it is never
+    scaled away, and a chief that restarts keeps the live state.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def on_sigterm(cls, cluster: distributed.Cluster | None) -> Iterator[StopRequest]:
+        stop = cls()
+        if cluster is None or cluster.is_chief or threading.current_thread() is not threading.main_thread():
+            yield stop
+            return
+        previous = signal.signal(signal.SIGTERM, lambda *_: setattr(stop, "requested", True))
+        try:
+            yield stop
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:
+    """End this worker's part in the job; the chief leaves last and saves the final state.
+
+    The chief keeps its session (and, in sync mode, the queue runner that applies aggregated gradients)
+    until every other worker has left, so that none is left waiting for an update; then it checkpoints
+    what they all learned.
+    """
+    if cluster.is_chief:
+        distributed.wait_until_gone(lambda: other_members(cluster, learner), progress.note)
+    state = learner.state()
+    if cluster.is_chief:
+        progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
+    learner.finish()
+    return state
+
+
+def other_members(cluster: distributed.Cluster, learner: Learner) -> list[str]:
+    """The addresses of the other workers in the job now; every other slot's while ps 0 (the flags) is lost."""
+    own, addresses = cluster.tf_config.task_index, cluster.tf_config.cluster[naming.WORKER]
+    try:
+        members = learner.membership.members(learner.session)
+    except distributed.LOST_CONNECTION:
+        members = list(range(len(addresses)))
+    return [addresses[i] for i in members if i != own]

@@ -1,0 +1,57 @@
+"""How a worker leaves its job (trainer/leaving.py): SIGTERM asks a worker other than the chief to stop after its
+iteration; the chief waits for the workers that are in the job, and for every slot while ps 0 is lost.
+(tests/distributed/test_elastic.py runs it with the real trainer's processes.)"""
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+import tensorflow as tf
+
+from agents_operator import tfconfig
+from agents_operator.trainer import distributed, leaving
+
+CLUSTER = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3", "localhost:4"]}
+
+
+def cluster(index: int) -> distributed.Cluster:
+    return distributed.Cluster(tfconfig.TFConfig(CLUSTER, "worker", index))
+
+
+def test_sigterm_asks_a_worker_to_leave_after_its_iteration_and_its_handler_goes_with_it():
+    before = signal.getsignal(signal.SIGTERM)
+    with leaving.StopRequest.on_sigterm(cluster(2)) as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("who", [None, 0], ids=["single process", "chief"])
+def test_the_chief_and_a_single_process_keep_sigterms_default(who):
+    before = signal.getsignal(signal.SIGTERM)
+    with leaving.StopRequest.on_sigterm(None if who is None else cluster(who)) as stop:
+        assert signal.getsignal(signal.SIGTERM) is before
+    assert not stop.requested
+
+
+class Flags:
+    def __init__(self, result):
+        self.result = result
+
+    def members(self, _session):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+def learner(result) -> SimpleNamespace:
+    return SimpleNamespace(membership=Flags(result), session=None)
+
+
+def test_the_chief_waits_for_the_workers_in_the_job_and_for_every_slot_while_ps_0_is_lost():
+    assert leaving.other_members(cluster(0), learner([0, 2])) == ["localhost:4"]
+    assert leaving.other_members(cluster(0), learner([0])) == []
+    lost = tf.errors.UnavailableError(None, None, "ps 0 is gone")
+    assert leaving.other_members(cluster(0), learner(lost)) == ["localhost:3", "localhost:4"]
