@@ -96,6 +96,20 @@ def _local(args: argparse.Namespace) -> int:
     return local.run_local(job, logdir, video=not args.no_video)
 
 
+def _scale(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from agents_operator.local import scaling
+
+    try:
+        scaling.request(Path(args.logdir), args.replicas)
+    except scaling.ScaleError as err:
+        print(f"agents-operator scale: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.logdir}: the job runs {args.replicas} worker(s) from now on")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     # kopf, the Kubernetes client and aiohttp are imported here only: `agents-operator --help` stays fast.
     from agents_operator import kube, operator_main
@@ -146,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agents-operator {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    for add in (_add_crd, _add_validate, _add_render, _add_local, _add_run):
+    for add in (_add_crd, _add_validate, _add_render, _add_local, _add_scale, _add_run):
         add(sub)
     trainer_commands.register(sub)
     return parser
@@ -203,6 +217,21 @@ def _add_local(sub: argparse._SubParsersAction) -> None:
         "network namespaces): TensorFlow's servers then listen on every interface, so only on a trusted network",
     )
     p.set_defaults(func=_local)
+
+
+def _add_scale(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scale",
+        help="change the worker count of an elastic job that `local` runs",
+        description="What `kubectl scale agentsjob/NAME --replicas=N` is for a job on a cluster, for one that "
+        "`agents-operator local` runs in LOGDIR: the job's rules judge N (spec.elastic's bounds; a job without "
+        "spec.elastic refuses any scale), then the launcher starts the added workers or stops the highest ones "
+        "(SIGTERM: each ends its iteration and leaves), as the operator does. Exit 2 when N is refused or no "
+        "launcher runs there.",
+    )
+    p.add_argument("--logdir", required=True, help="the run directory of the running `agents-operator local`")
+    p.add_argument("--replicas", type=int, required=True, metavar="N", help="the number of workers from now on")
+    p.set_defaults(func=_scale)
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:

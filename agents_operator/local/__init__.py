@@ -8,6 +8,7 @@ with `reconcile.plan` and executes the plan over processes.
 - `processes`: the job's containers as commands and environments; the run directory's checks;
 - `kubelet`: a pod's processes started, restarted (sidecars), stopped, reaped and seen as a pod;
 - `launcher`: the plan executed over them, the status written, `run_local`;
+- `scaling`: `agents-operator scale`, a new worker count for the elastic job a launcher runs;
 - `console`: what a person reads: progress, the first and the last lines;
 - `sandbox`: a network namespace of the job's own, and no replica outliving the launcher.
 

@@ -55,6 +55,15 @@ def send(replica: Replica, sig: int) -> None:
             os.killpg(replica.process.pid, sig)
 
 
+def terminate(replica: Replica) -> None:
+    """SIGTERM to a running replica's own process, as a container runtime sends it to the container's first
+    process only: its children (a worker's environment processes) go on until it has ended, so that a worker
+    told to leave can finish its iteration; what is left of the group is SIGKILLed once it has exited."""
+    if replica.running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(replica.process.pid, signal.SIGTERM)
+
+
 def kill_leftovers(replica: Replica) -> None:
     """SIGKILL what is left of the process group of a replica whose leader has just been reaped.
 
@@ -79,9 +88,9 @@ def reap(replica: Replica) -> bool:
 
 
 def stop_all(replicas: list[Replica], grace: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM every replica's process group, then SIGKILL what is left after `grace` seconds; logs closed."""
+    """SIGTERM every replica (`terminate`), then SIGKILL what is left after `grace` seconds; logs closed."""
     for replica in replicas:
-        send(replica, signal.SIGTERM)
+        terminate(replica)
     deadline = time.monotonic() + grace
     while any(r.running for r in replicas) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -116,11 +125,15 @@ class ProcessPod:
             start(replica)
 
     def delete(self, grace: float) -> None:
-        """SIGTERM (SIGKILL when `grace` is 0) every process; what is left after `grace` s is SIGKILLed."""
+        """SIGTERM (`terminate`; SIGKILL when `grace` is 0) every process; what is left after `grace` s is
+        SIGKILLed."""
         if self.deleting_until is not None:
             return
         for replica in self.replicas:
-            send(replica, signal.SIGTERM if grace else signal.SIGKILL)
+            if grace:
+                terminate(replica)
+            else:
+                send(replica, signal.SIGKILL)
         self.deleting_until = time.monotonic() + grace
 
     def tend(self, say: Say) -> bool:

@@ -16,11 +16,19 @@ from typing import TextIO
 
 import yaml
 
-from agents_operator import chiefmetrics, naming, podview, reconcile, scrape
+from agents_operator import api, chiefmetrics, naming, podview, reconcile, scrape
 from agents_operator.api import AgentsJob
-from agents_operator.local import console, kubelet
+from agents_operator.local import console, kubelet, scaling
 from agents_operator.local.kubelet import STOP_GRACE_SECONDS, ProcessPod
-from agents_operator.local.processes import LOOPBACK, Replica, check_resume, free_port, plan, prepare_logdir
+from agents_operator.local.processes import (
+    LOOPBACK,
+    Replica,
+    check_resume,
+    free_port,
+    member_ports,
+    plan,
+    prepare_logdir,
+)
 from agents_operator.reconcile import conditions, rules
 from agents_operator.trainer import rundir
 
@@ -43,7 +51,10 @@ class Launcher:
         """The job as the operator reads it from the API server."""
         self.logdir = logdir
         self.metrics_port = free_port()
-        self.replicas = plan(job, logdir, metrics_port=self.metrics_port, video=video)
+        self.video = video
+        self.ports = member_ports(job)
+        """The local port of each member of the cluster, for the job's life (a scale keeps them)."""
+        self.replicas = plan(job, logdir, ports=self.ports, metrics_port=self.metrics_port, video=video)
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.slots = {naming.child_name(job.name, t, i): (t, i) for t, i in job.topology.slots()}
         self.pods: dict[tuple[str, int], ProcessPod] = {}
@@ -115,6 +126,21 @@ class Launcher:
             case reconcile.DeleteJob():
                 pass  # the launcher ends with the job, before its TTL
 
+    def scale(self, workers: int) -> None:
+        """Run the job with `workers` workers from now on (`agents-operator scale`); the plan then adds or
+        removes the pods. A count the job's rules refuse is said on the console, and nothing changes."""
+        try:
+            job = scaling.scaled(self.manifest, workers)
+        except api.InvalidJob as err:
+            self.tracker.say(f"scale to {workers} worker(s) refused: {err}")
+            return
+        self.job, self.manifest = job, job.model_dump(by_alias=True, exclude_none=True, mode="json")
+        have = {(r.type, r.index) for r in self.replicas}  # a slot scaled away and back reuses its processes
+        new = plan(job, self.logdir, ports=self.ports, metrics_port=self.metrics_port, video=self.video)
+        self.replicas += [r for r in new if (r.type, r.index) not in have]
+        self.slots.update({naming.child_name(job.name, t, i): (t, i) for t, i in job.topology.slots()})
+        scaling.write_job(self.logdir, self.manifest)
+
     def _write_status(self, patch: dict) -> None:
         self.status = {**self.status, **patch}
         for key in [k for k, v in patch.items() if v is None]:
@@ -139,8 +165,12 @@ class Launcher:
         """Run the job to its end; the outcome is the condition that ended it."""
         self.since = time.time()
         last_metrics = 0.0
+        scaling.take(self.logdir)  # a request no launcher took, left by an earlier run
+        scaling.write_job(self.logdir, self.manifest)
         try:
             while True:
+                if (workers := scaling.take(self.logdir)) is not None:
+                    self.scale(workers)
                 plan_ = self.step()
                 outcome = self.outcome()
                 if outcome is not None:

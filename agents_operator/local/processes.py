@@ -125,11 +125,11 @@ def plan(
     `ports` pins the local port of a process by its name (`worker-0`, `envserver-1`, `worker-0/env-server`);
     the others get free ports.
     """
-    ports = ports or {}
+    ports = {**member_ports(job, ports), **(ports or {})}
     layout = job.topology
     machine = _Machine(
         logdir,
-        {(t, i): ports.get(f"{t}-{i}") or free_port() for t, i in layout.slots()},
+        {(t, i): ports.get(f"{t}-{i}") or free_port() for t, i in dict.fromkeys([*layout.slots(), *_members(job)])},
         local_settings(metrics_port, video),
     )
     replicas = []
@@ -154,6 +154,18 @@ def plan(
         policy = pod["spec"]["restartPolicy"]  # the pod's: the plan replaces a failed pod
         replicas.append(Replica(replica_type, index, argv, env, policy, log.with_name(f"{log.name}.log")))
     return replicas
+
+
+def member_ports(job: AgentsJob, pinned: dict[str, int] | None = None) -> dict[str, int]:
+    """A local port for each member of the job's cluster, by name (`ps-0`, `worker-3`): every worker slot of an
+    elastic job, taken or not, since every TF_CONFIG lists them all; the `pinned` ones as given."""
+    pinned = pinned or {}
+    return {name: pinned.get(name) or free_port() for name in (f"{t}-{i}" for t, i in _members(job))}
+
+
+def _members(job: AgentsJob) -> list[tuple[str, int]]:
+    members = job.topology.members
+    return [(t, i) for t in tfconfig.CLUSTER_TYPES for i in range(members.get(t, 0))]
 
 
 def local_settings(metrics_port: int, video: bool) -> dict[str, int]:

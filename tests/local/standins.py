@@ -13,24 +13,30 @@ from agents_operator.api import parse_job
 PY = sys.executable
 
 
-def job(worker_cmd, ps_cmd=("sleep", "60"), workers=2, worker_policy="OnFailure", backoff=3, success="ChiefWorker"):
+def job(
+    worker_cmd,
+    ps_cmd=("sleep", "60"),
+    workers=2,
+    worker_policy="OnFailure",
+    backoff=3,
+    success="ChiefWorker",
+    elastic=None,
+):
     def template(cmd):
         return {"spec": {"containers": [{"name": "agents", "command": list(cmd)}]}}
 
+    spec = {
+        "replicaSpecs": {
+            "ps": {"replicas": 1, "template": template(ps_cmd)},
+            "worker": {"replicas": workers, "restartPolicy": worker_policy, "template": template(worker_cmd)},
+        },
+        "runPolicy": {"backoffLimit": backoff},
+        "successPolicy": success,
+    }
+    if elastic is not None:
+        spec |= {"elastic": elastic, "trainer": {"mode": "async"}}
     return parse_job(
-        {
-            "apiVersion": "agents.dev/v1alpha1",
-            "kind": "AgentsJob",
-            "metadata": {"name": "t"},
-            "spec": {
-                "replicaSpecs": {
-                    "ps": {"replicas": 1, "template": template(ps_cmd)},
-                    "worker": {"replicas": workers, "restartPolicy": worker_policy, "template": template(worker_cmd)},
-                },
-                "runPolicy": {"backoffLimit": backoff},
-                "successPolicy": success,
-            },
-        }
+        {"apiVersion": "agents.dev/v1alpha1", "kind": "AgentsJob", "metadata": {"name": "t"}, "spec": spec}
     )
 
 

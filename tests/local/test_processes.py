@@ -29,6 +29,18 @@ def test_plan_maps_hosts_to_localhost_and_keeps_the_rendered_environment(tmp_pat
     assert replicas[1].log_path == tmp_path / "logs" / "pendulum-worker-0.log"
 
 
+def test_an_elastic_jobs_processes_list_a_local_port_for_every_worker_slot(tmp_path):
+    from tests.world import make_job
+
+    j = parse_job(make_job(workers=1, elastic={"maxWorkers": 3}))
+    replicas = local.plan(j, tmp_path, ports={"ps-0": 40001, "worker-0": 40002, "worker-2": 40004})
+    assert [r.name for r in replicas] == ["ps-0", "worker-0"]
+    cfg = tfconfig.parse(replicas[1].env["TF_CONFIG"])
+    assert cfg.cluster["worker"][0] == "localhost:40002" and cfg.cluster["worker"][2] == "localhost:40004"
+    assert len(set(cfg.cluster["worker"])) == 3  # slot 1 too, on a port of its own
+    assert tfconfig.parse(replicas[0].env["TF_CONFIG"]).cluster == cfg.cluster
+
+
 # --- env servers as local processes ----------------------------------------------------------------------
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
