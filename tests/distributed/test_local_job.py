@@ -83,7 +83,7 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
     chief = log(tmp_path, "worker-0", "faults")
     assert "initialising them" in chief  # twice: at the start, then for the restarted ps
     assert "lost a parameter server" in log(tmp_path, "worker-1", "faults")
-    assert "every worker finished: ps 0 exits" in log(tmp_path, "ps-0", "faults")
+    assert "the chief finished the job, after every other worker: ps 0 exits" in log(tmp_path, "ps-0", "faults")
     assert ps.exit_code == 0  # the ps left by itself, before the launcher would stop it
     # the restarted worker rejoined: it waited for the live variables and trained on
     assert log(tmp_path, "worker-1", "faults").count("start, attempt") == 2
@@ -102,7 +102,7 @@ def test_two_synchronous_workers_learn_pendulum(tmp_path):
     # A random policy scores about -1200 on Pendulum-v1; this is a policy that swings up and holds.
     assert first < -900, train[:3]
     assert last > -500, evals
-    assert "every worker finished: ps 0 exits" in log(tmp_path, "ps-0", "learn")
+    assert "the chief finished the job, after every other worker: ps 0 exits" in log(tmp_path, "ps-0", "learn")
 
 
 def test_the_evaluator_scores_the_chiefs_checkpoints(tmp_path):
