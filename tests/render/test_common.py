@@ -2,23 +2,11 @@
 volume."""
 
 from agents_operator import render
-from agents_operator.api import parse_job
-from tests.render.examples import ROOT, load
-
-
-def _job(**worker):
-    return parse_job(
-        {
-            "apiVersion": "agents.dev/v1alpha1",
-            "kind": "AgentsJob",
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {"image": "trainer:1", "replicaSpecs": {"worker": {"replicas": 1, **worker}}},
-        }
-    )
+from tests.render.examples import ROOT, load, one_worker_job
 
 
 def test_restricted_security_defaults():
-    pod = render.pod(_job(), "worker", 0)
+    pod = render.pod(one_worker_job(), "worker", 0)
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = pod["spec"]["containers"][0]["securityContext"]
@@ -27,7 +15,7 @@ def test_restricted_security_defaults():
 
 
 def test_offline_render_has_no_owner_reference():
-    pod = render.pod(_job(), "worker", 0)
+    pod = render.pod(one_worker_job(), "worker", 0)
     assert "ownerReferences" not in pod["metadata"]
 
 

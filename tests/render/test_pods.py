@@ -8,7 +8,7 @@ import yaml
 
 from agents_operator import launch, naming, presets, render, tfconfig
 from agents_operator.api import parse_job
-from tests.render.examples import EXAMPLES, ROOT, UID, load
+from tests.render.examples import EXAMPLES, ROOT, UID, load, one_worker_job
 
 DNS_LABEL = __import__("re").compile(naming.DNS_1035_LABEL)
 
@@ -53,17 +53,6 @@ def test_trainer_args_resolve_to_the_same_config():
     assert args[-3:] == ["--logdir", "/var/run/agents/hopper", "--resume"]
 
 
-def _job(**worker):
-    return parse_job(
-        {
-            "apiVersion": "agents.dev/v1alpha1",
-            "kind": "AgentsJob",
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {"image": "trainer:1", "replicaSpecs": {"worker": {"replicas": 1, **worker}}},
-        }
-    )
-
-
 def test_template_fields_are_kept_and_win():
     template = {
         "metadata": {"labels": {"team": "rl", naming.LABEL_JOB: "spoof"}, "annotations": {"a": "b"}},
@@ -82,7 +71,7 @@ def test_template_fields_are_kept_and_win():
             ],
         },
     }
-    pod = render.pod(_job(template=template), "worker", 0)
+    pod = render.pod(one_worker_job(template=template), "worker", 0)
     spec = pod["spec"]
     assert spec["nodeSelector"] == {"pool": "cpu"}
     assert spec["securityContext"]["runAsUser"] == 4242
