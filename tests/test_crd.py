@@ -63,19 +63,29 @@ def test_defaults_are_valid_values():
     assert api.parse_job(defaulted).spec.run_policy.backoff_limit == 3
 
 
-def test_status_subresource_and_printer_columns():
+def _schema_node(schema: dict, path: str) -> dict:
+    node = schema
+    for key in path.lstrip(".").split("."):
+        node = node["properties"][key] if "properties" in node else node["additionalProperties"]
+    return node
+
+
+def test_status_and_scale_subresources_and_printer_columns():
     version = crd.crd()["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
-    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["State", "Workers", "Step", "Score", "Age"]
     schema = version["schema"]["openAPIV3Schema"]
+    assert version["subresources"] == {"status": {}, "scale": crd.SCALE}
+    for key, kind in [
+        ("specReplicasPath", "integer"),
+        ("statusReplicasPath", "integer"),
+        ("labelSelectorPath", "string"),
+    ]:
+        assert _schema_node(schema, crd.SCALE[key])["type"] == kind, key  # paths the model really has
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["State", "Workers", "Desired", "Max", "Step", "Score", "Age"]
     for name, path in columns.items():
         if name == "Age":
             continue
-        node = schema
-        for key in path.lstrip(".").split("."):
-            node = node["properties"][key] if "properties" in node else node["additionalProperties"]
-        assert node["type"] in ("string", "integer", "number"), name
+        assert _schema_node(schema, path)["type"] in ("string", "integer", "number"), name
 
 
 @pytest.mark.parametrize("rule", api.RULES, ids=lambda r: r.cel[:40])
