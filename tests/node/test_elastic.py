@@ -3,6 +3,8 @@ the highest one, which leaves on SIGTERM; nothing else restarts and the job succ
 
 from __future__ import annotations
 
+import pytest
+
 from agents_operator.trainer import rundir
 from tests.node.node import CLAIM, Namespace, example, until
 from tests.node.test_pendulum import PENDULUM_GOAL
@@ -50,8 +52,11 @@ def test_an_async_pendulum_job_scaled_1_3_2_while_it_trains_succeeds_with_a_lear
             return True
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
             if container["name"] == "agents" and "terminated" in (container.get("state") or {}):
-                last.update(container["state"]["terminated"])
-                last["log"] = ns.kubectl("logs", "elastic-worker-2", "-c", "agents")
+                try:  # the kubelet may remove the pod meanwhile
+                    log = ns.kubectl("logs", "elastic-worker-2", "-c", "agents")
+                except pytest.fail.Exception:
+                    return True
+                last.update(container["state"]["terminated"], log=log)
         return False
 
     until(left, 120, "worker 2 to leave", every=0.5)
