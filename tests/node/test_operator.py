@@ -32,14 +32,12 @@ def test_the_operator_pods_answer_their_probes_and_metrics(operator):
 
 def test_deleting_the_serving_operator_pod_hands_over_and_the_job_succeeds(namespace, operator):
     ns = namespace
-    # long enough that the job is still training when the other replica has taken over, on an idle node too
-    # (600k steps ended in 100 s there, before any Event of the new one)
-    ns.apply(job("handover", steps=1_200_000))
+    ns.apply(job("handover", steps=600_000))
     ns.wait_running("handover", 3)
     (serving,) = until(lambda: _reporters(ns, "handover"), 60, "the job's Events")
     assert serving in {p["metadata"]["name"] for p in operator.pods()}, serving
     operator.kubectl("--namespace", operator.install.namespace, "delete", "pod", serving, "--wait=false")
-    status = ns.wait_state("handover", "Succeeded", 900)
+    status = ns.wait_state("handover", "Succeeded", 600)
     assert status["restarts"] == 0, status
     after = _reporters(ns, "handover") - {serving}
     assert after, f"no Event from another operator pod after {serving} was deleted:\n{ns.describe('handover')}"
