@@ -22,6 +22,9 @@ pytestmark = pytest.mark.timeout(300)
 
 QUOTA = "no-pods"
 POLICY_MESSAGE = "images must come from registry.internal"
+ALL_PODS = {"pj-ps-0", "pj-worker-0", "pj-worker-1"}
+# The operator writes the job's status before it posts the plan's Events (kube.Client.execute), so a test that
+# sees the condition waits for the Events.
 
 
 def refusal(cluster: Cluster, name: str = "pj") -> dict | None:
@@ -54,8 +57,8 @@ def test_a_quota_that_refuses_pods_is_reported_retried_with_backoff_and_lifted(c
     condition = wait_for(lambda: refusal(cluster), 30, "ReplicaFailure")
     assert condition["reason"] == "FailedCreate" and "exceeded quota: no-pods" in condition["message"]
     assert cluster.state() == "ReplicaFailure"
-    assert refused_pods(cluster) == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}
-    assert cluster.services() == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}  # the quota is on pods only
+    wait_for(lambda: refused_pods(cluster) == ALL_PODS, 10, "a FailedCreate Event per pod")
+    assert cluster.services() == ALL_PODS  # the quota is on pods only
     time.sleep(6)
     delays = retry_delays(operator.log.read_text(), cluster.ns)
     assert 2 <= len(delays) <= 4 and delays == sorted(delays) and delays[-1] >= 2 * delays[0], delays
@@ -134,5 +137,5 @@ def test_an_admission_policy_that_refuses_pods_is_reported(cluster, policy):
     cluster.create_job()
     condition = wait_for(lambda: refusal(cluster), 30, "ReplicaFailure")
     assert POLICY_MESSAGE in condition["message"] and policy in condition["message"]
-    assert refused_pods(cluster) == {"pj-ps-0", "pj-worker-0", "pj-worker-1"}
+    wait_for(lambda: refused_pods(cluster) == ALL_PODS, 10, "a FailedCreate Event per pod")
     assert all(POLICY_MESSAGE in e["message"] and e["type"] == "Warning" for e in cluster.events("FailedCreate"))
