@@ -186,7 +186,7 @@ def test_invalid_spec_fails_with_invalid_spec_and_others_are_served(cluster):
     cluster.started("good")
     wait_for(lambda: cluster.state("bad") == "Failed", 60, "Failed")
     assert cluster.status("bad")["conditions"][-1]["reason"] == "InvalidSpec"
-    assert cluster.events("InvalidSpec")
+    wait_for(lambda: cluster.events("InvalidSpec"), 10, "an InvalidSpec Event")  # posted after the status
     assert cluster.pods("bad") == {}
 
 
