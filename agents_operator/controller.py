@@ -38,8 +38,11 @@ Key = tuple[str, str]
 
 INDEX_JOBS, INDEX_PODS, INDEX_SERVICES = "agents_jobs", "agents_pods", "agents_services"
 INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES = "agents_deployments", "agents_networkpolicies"
-INDEXES = (INDEX_JOBS, INDEX_PODS, INDEX_SERVICES, INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES)
+INDEX_CONFIG_MAPS = "agents_configmaps"
+INDEXES = (INDEX_JOBS, INDEX_PODS, INDEX_SERVICES, INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES, INDEX_CONFIG_MAPS)
 """kopf's indexes (their handler ids), each from (namespace, job name) to the values kept of its objects."""
+OTHER_INDEXES = (INDEX_DEPLOYMENTS, INDEX_NETWORK_POLICIES, INDEX_CONFIG_MAPS)
+"""The indexes of children that are neither pods nor Services, observed together by kind and name."""
 Index = Mapping[Key, Iterable]
 
 
@@ -166,8 +169,8 @@ class Controller:
             copy.deepcopy(job) if job else None,
             _all(self.indexes.get(INDEX_PODS), key),
             _all(self.indexes.get(INDEX_SERVICES), key),
-            # Deployments and NetworkPolicies: the plan only needs their kind and name.
-            _all(self.indexes.get(INDEX_DEPLOYMENTS), key) + _all(self.indexes.get(INDEX_NETWORK_POLICIES), key),
+            # Deployments, NetworkPolicies and the ConfigMap: the plan only needs their kind and name.
+            [view for index in OTHER_INDEXES for view in _all(self.indexes.get(index), key)],
         )
 
     # --- reconcile ---------------------------------------------------------------------------------------
@@ -296,7 +299,7 @@ class Controller:
             return False
         for list_kind, views in (("Pod", pods), ("Service", services), (None, deployments)):
             for view in views:
-                kind = list_kind or view.kind  # Deployments and NetworkPolicies share a list
+                kind = list_kind or view.kind  # the OTHER_INDEXES share a list
                 if not view.terminating:
                     log.info("deleting %s %s/%s: its AgentsJob %s is gone", kind, namespace, view.name, name)
                     await asyncio.to_thread(self.kube.delete, kind, namespace, view.name)

@@ -3,7 +3,7 @@
 Every handler is a line or two: an index keeps a view of each object (`podview.view_pod`,
 `podview.view_child`, the job without kopf's bookkeeping); an event kicks the job's reconcile. Triggers: a
 job listed, added, deleted or with an unobserved spec generation, any event of a job's pod, Service,
-Deployment or NetworkPolicy. The controller adds the periodic resync and the wake-ups plans ask for.
+Deployment, NetworkPolicy or ConfigMap. The controller adds the periodic resync and the wake-ups plans ask for.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ CHILDREN = (
         "networkpolicy-event",
         podview.view_child,
     ),
+    Child(("v1", "configmaps"), ctl.INDEX_CONFIG_MAPS, "configmap-event", podview.view_child),
 )
 
 

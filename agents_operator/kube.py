@@ -37,6 +37,7 @@ RESOURCES = {
     "Service": ("", "v1", "services"),
     "Deployment": ("apps", "v1", "deployments"),
     "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
+    "ConfigMap": ("", "v1", "configmaps"),
     "Event": ("", "v1", "events"),
     naming.KIND: (naming.GROUP, naming.VERSION, naming.PLURAL),
 }

@@ -47,6 +47,10 @@ class Launch:
     namespace: str = ""
     peers: tfconfig.TFConfig | None = None
     """The cluster and this process's task in it (TF_CONFIG); None for a process outside it (an env server)."""
+    cluster_file: str | None = None
+    """Where the process reads the cluster of `peers` (AGENTS_CLUSTER_FILE), whose executor puts it there (the
+    operator: the job's ConfigMap; the local launcher: a file of the run directory); TF_CONFIG then names only
+    the task. None: TF_CONFIG carries the cluster."""
     env_servers: tfconfig.EnvServers | None = None
     """Where its environments are simulated, when not in its own subprocesses (AGENTS_ENV_SERVERS)."""
 
@@ -73,7 +77,11 @@ def environment(launch: Launch) -> dict[str, str]:
     """The environment variables `launch` sets, in order."""
     env: dict[str, str] = {}
     if launch.peers is not None:
-        env[tfconfig.ENV_VAR] = launch.peers.to_json()
+        if launch.cluster_file is None:
+            env[tfconfig.ENV_VAR] = launch.peers.to_json()
+        else:
+            env[tfconfig.ENV_VAR] = launch.peers.task_json()
+            env[tfconfig.CLUSTER_FILE_VAR] = launch.cluster_file
         env.update({JOB_VAR: launch.job, NAMESPACE_VAR: launch.namespace})
         env.update({TYPE_VAR: launch.peers.task_type, INDEX_VAR: str(launch.peers.task_index)})
     if launch.logdir is not None:

@@ -68,11 +68,12 @@ QUALIFIED_NAME_MAX = 253 + 1 + 63
 
 TENSORBOARD_SUFFIX = "-tensorboard"
 NETWORK_POLICY_SUFFIX = "-replicas"
+CLUSTER_SUFFIX = "-cluster"
 
 
 def _longest_suffix() -> int:
     index = str(MAX_REPLICAS - 1)
-    suffixes = [f"-{t}-{index}" for t in CHILD_TYPES] + [TENSORBOARD_SUFFIX]
+    suffixes = [f"-{t}-{index}" for t in CHILD_TYPES] + [TENSORBOARD_SUFFIX, NETWORK_POLICY_SUFFIX, CLUSTER_SUFFIX]
     return max(len(s) for s in suffixes)
 
 
@@ -91,6 +92,11 @@ def tensorboard_name(job: str) -> str:
 
 def network_policy_name(job: str) -> str:
     return f"{job}{NETWORK_POLICY_SUFFIX}"
+
+
+def cluster_config_name(job: str) -> str:
+    """The job's ConfigMap, which holds its cluster (`tfconfig.CLUSTER_KEY`)."""
+    return f"{job}{CLUSTER_SUFFIX}"
 
 
 def job_selector(job: str) -> dict[str, str]:

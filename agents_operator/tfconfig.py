@@ -8,14 +8,19 @@ trainer parses it back to learn the cluster and its own role. The format is the 
      "environment": "cloud"}
 
 Evaluators are not members of the cluster (TensorFlow's convention): their task names them, the cluster
-lists the ps and workers they read from. Pure module.
+lists the ps and workers they read from.
+
+The cluster is the same for every replica of a job, and long (70 to 80 KB for 999 ps + 999 workers): it lives
+once per job, as JSON (`cluster_json`) in the file AGENTS_CLUSTER_FILE names (the job's ConfigMap mounted
+into each pod; a file of the run directory for the local launcher), and TF_CONFIG then carries only the task
+(`TFConfig.task_json`). `from_env` puts the two back together. Pure module: the caller reads the file.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agents_operator import naming
@@ -27,6 +32,10 @@ BIND_HOST_VAR = "AGENTS_BIND_HOST"
 TensorFlow's servers ignore it: they listen on every interface whatever they are told."""
 DEFAULT_PORT = 2222
 CLUSTER_TYPES = (naming.PS, naming.WORKER)
+CLUSTER_FILE_VAR = "AGENTS_CLUSTER_FILE"
+"""The file holding the job's cluster (`cluster_json`), when TF_CONFIG carries only the task."""
+CLUSTER_KEY = "cluster.json"
+"""The name of that file: the key of the job's ConfigMap, and the file's name in a local run directory."""
 
 
 class TFConfigError(ValueError):
@@ -48,6 +57,17 @@ def cluster_spec(
 ) -> dict[str, list[str]]:
     """`{"ps": [...], "worker": [...]}` for the replica counts given (types with 0 replicas are left out)."""
     return {t: list(_addresses(job, t, replicas[t], namespace, port)) for t in CLUSTER_TYPES if replicas.get(t, 0) > 0}
+
+
+def cluster_json(cluster: Mapping[str, list[str]]) -> str:
+    """The text of a cluster file: `{"ps": [...], "worker": [...]}`, compact, keys sorted."""
+    return _dumps({t: list(a) for t, a in cluster.items()})
+
+
+def on_local_ports(cluster: Mapping[str, list[str]], ports: Mapping[tuple[str, int], int]) -> dict[str, list[str]]:
+    """`cluster` with member i of type t at `localhost(ports[t, i])`: the local launcher runs every replica on
+    this machine, each on a port of its own."""
+    return {t: [localhost(ports[t, i]) for i in range(len(members))] for t, members in cluster.items()}
 
 
 @functools.lru_cache(maxsize=16)
@@ -121,10 +141,14 @@ class TFConfig:
         task = _dumps({"type": self.task_type, "index": self.task_index})
         return f'{{"cluster":{cluster},"environment":{_dumps(self.environment)},"task":{task}}}'
 
+    def task_json(self) -> str:
+        """TF_CONFIG without its cluster, for a replica that reads the cluster from its file."""
+        task = {"type": self.task_type, "index": self.task_index}
+        return _dumps({**self.extra, "task": task, "environment": self.environment})
+
     def on_local_ports(self, ports: Mapping[tuple[str, int], int]) -> TFConfig:
-        """The same config with member i of type t at `localhost(ports[t, i])`: the local launcher runs every
-        replica on this machine, each on a port of its own."""
-        cluster = {t: [localhost(ports[t, i]) for i in range(len(members))] for t, members in self.cluster.items()}
+        """The same config with its cluster `on_local_ports`."""
+        cluster = on_local_ports(self.cluster, ports)
         return TFConfig(cluster, self.task_type, self.task_index, self.environment, dict(self.extra))
 
 
@@ -140,26 +164,43 @@ def build(
     return TFConfig(cluster_spec(job, namespace, replicas, port), replica_type, index)
 
 
-def parse(text: str) -> TFConfig:
-    """Parse a TF_CONFIG string; TFConfigError says what is wrong."""
+def _json_object(text: str, what: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise TFConfigError(f"TF_CONFIG is not valid JSON: {err}") from None
+        raise TFConfigError(f"{what} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise TFConfigError("TF_CONFIG must be a JSON object")
-    cluster, task = data.get("cluster"), data.get("task")
+        raise TFConfigError(f"{what} must be a JSON object")
+    return data
+
+
+def _check_cluster(cluster: object, what: str) -> dict[str, list[str]]:
     if not isinstance(cluster, dict) or not all(
         isinstance(v, list) and all(isinstance(a, str) for a in v) for v in cluster.values()
     ):
-        raise TFConfigError("TF_CONFIG.cluster must map task types to lists of addresses")
+        raise TFConfigError(f"{what} must map task types to lists of addresses")
+    return cluster
+
+
+def parse_cluster(text: str, what: str = CLUSTER_FILE_VAR) -> dict[str, list[str]]:
+    """Parse the text of a cluster file; TFConfigError says what is wrong (`what` names the file)."""
+    return _check_cluster(_json_object(text, what), what)
+
+
+def parse(text: str, cluster: Mapping[str, list[str]] | None = None) -> TFConfig:
+    """Parse a TF_CONFIG string; TFConfigError says what is wrong. `cluster` (from the cluster file) is
+    used when the text carries none."""
+    data = _json_object(text, "TF_CONFIG")
+    task = data.get("task")
+    if "cluster" in data or cluster is None:
+        cluster = _check_cluster(data.get("cluster"), "TF_CONFIG.cluster")
     if not isinstance(task, dict) or not isinstance(task.get("type"), str):
         raise TFConfigError("TF_CONFIG.task.type is missing")
     index = task.get("index", 0)
     if not isinstance(index, int) or isinstance(index, bool):
         raise TFConfigError("TF_CONFIG.task.index must be an integer")
     extra = {k: v for k, v in data.items() if k not in ("cluster", "task", "environment")}
-    return TFConfig(cluster, task["type"], index, data.get("environment", "cloud"), extra)
+    return TFConfig(dict(cluster), task["type"], index, data.get("environment", "cloud"), extra)
 
 
 def bind_host(environ: Mapping[str, str]) -> str:
@@ -167,10 +208,21 @@ def bind_host(environ: Mapping[str, str]) -> str:
     return environ.get(BIND_HOST_VAR, "").strip()
 
 
-def from_env(environ: Mapping[str, str]) -> TFConfig | None:
-    """The TF_CONFIG of this process, or None when the variable is unset (a single-process run)."""
+def from_env(environ: Mapping[str, str], read: Callable[[str], str]) -> TFConfig | None:
+    """The TF_CONFIG of this process, or None when the variable is unset (a single-process run); its cluster
+    from the file AGENTS_CLUSTER_FILE names when it carries none (`read` returns a file's text, or raises
+    OSError)."""
     text = environ.get(ENV_VAR, "").strip()
-    return parse(text) if text else None
+    if not text:
+        return None
+    path = environ.get(CLUSTER_FILE_VAR, "").strip()
+    if not path or "cluster" in _json_object(text, "TF_CONFIG"):
+        return parse(text)
+    try:
+        cluster_text = read(path)
+    except OSError as err:
+        raise TFConfigError(f"{CLUSTER_FILE_VAR} {path}: cannot read the cluster: {err.strerror or err}") from None
+    return parse(text, parse_cluster(cluster_text, f"{CLUSTER_FILE_VAR} {path}"))
 
 
 # --- environment servers ---------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ def test_render_prints_the_children(capsys):
     docs = list(yaml.safe_load_all(out))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("NetworkPolicy", "pendulum-replicas"),
+        ("ConfigMap", "pendulum-cluster"),
         ("Service", "pendulum-ps-0"),
         ("Service", "pendulum-worker-0"),
         ("Service", "pendulum-worker-1"),

@@ -79,7 +79,7 @@ async def test_execute_runs_a_plan_in_order_and_posts_events(client, kmock):
     events = [r.data for r in list(kmock) if r.method == "POST" and "/events" in str(r.url)]
     assert sorted(e["reason"] for e in events) == ["JobCreated", "SuccessfulCreate"]  # one per reconcile
     assert [e["message"] for e in events if e["reason"] == "SuccessfulCreate"] == [
-        "Created networkpolicy pj-replicas, 3 services (pj-ps-0, pj-worker-0, pj-worker-1) "
+        "Created networkpolicy pj-replicas, configmap pj-cluster, 3 services (pj-ps-0, pj-worker-0, pj-worker-1) "
         "and 3 pods (pj-ps-0, pj-worker-0, pj-worker-1)"
     ]
     assert all(e["metadata"]["name"].startswith("pj.") for e in events)  # named here: no generateName

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -76,11 +77,43 @@ def test_parse_errors_say_what_is_wrong(text, message):
         tfconfig.parse(text)
 
 
+def _no_file(path: str) -> str:
+    raise FileNotFoundError(2, "No such file or directory", path)
+
+
 def test_from_env():
-    assert tfconfig.from_env({}) is None
-    assert tfconfig.from_env({"TF_CONFIG": "  "}) is None
+    assert tfconfig.from_env({}, _no_file) is None
+    assert tfconfig.from_env({"TF_CONFIG": "  "}, _no_file) is None
     cfg = TFConfig({"worker": ["w:1"]}, "worker", 0)
-    assert tfconfig.from_env({"TF_CONFIG": cfg.to_json()}) == cfg
+    assert tfconfig.from_env({"TF_CONFIG": cfg.to_json()}, _no_file) == cfg
+
+
+def test_the_cluster_is_read_from_its_file_when_tf_config_names_only_the_task():
+    cfg = TFConfig({"ps": ["p:1"], "worker": ["w:1", "w:2"]}, "worker", 1)
+    files = {"/etc/c.json": tfconfig.cluster_json(cfg.cluster)}
+    env = {"TF_CONFIG": cfg.task_json(), tfconfig.CLUSTER_FILE_VAR: "/etc/c.json"}
+    assert "cluster" not in json.loads(cfg.task_json())
+    assert tfconfig.from_env(env, files.__getitem__) == cfg
+    # TF_CONFIG's own cluster, when it has one, is the one used
+    assert tfconfig.from_env({**env, "TF_CONFIG": cfg.to_json()}, _no_file) == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "AGENTS_CLUSTER_FILE /etc/c.json: cannot read the cluster: No such file or directory"),
+        ("[1", "AGENTS_CLUSTER_FILE /etc/c.json is not valid JSON"),
+        ('["w:1"]', "AGENTS_CLUSTER_FILE /etc/c.json must be a JSON object"),
+        ('{"worker": "w:1"}', "AGENTS_CLUSTER_FILE /etc/c.json must map task types to lists of addresses"),
+        ('{"ps": ["p:1"]}', "task worker:1 is not in the cluster (0 worker address(es))"),
+        ('{"worker": ["w:1"]}', "task worker:1 is not in the cluster (1 worker address(es))"),
+    ],
+)
+def test_a_bad_cluster_file_is_named_with_what_is_wrong(text, message):
+    task = TFConfig({"worker": ["a", "b"]}, "worker", 1).task_json()
+    env = {"TF_CONFIG": task, tfconfig.CLUSTER_FILE_VAR: "/etc/c.json"}
+    with pytest.raises(TFConfigError, match=re.escape(message)):
+        tfconfig.from_env(env, _no_file if text is None else {"/etc/c.json": text}.__getitem__)
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,7 @@ class World:
         self.services: dict[str, dict] = {}
         self.deployments: dict[str, dict] = {}
         self.network_policies: dict[str, dict] = {}
+        self.config_maps: dict[str, dict] = {}
         self.graceful = graceful  # deletes leave a terminating pod (a kubelet) instead of removing it
         self.now = NOW
         self.log: list[reconcile.Action] = []
@@ -137,7 +138,7 @@ class World:
             list(self.pods.values()),
             list(self.services.values()),
             # other children go in with the Deployments, each object carrying its own kind (as handlers do)
-            [*self.deployments.values(), *self.network_policies.values()],
+            [*self.deployments.values(), *self.network_policies.values(), *self.config_maps.values()],
             now=self.now,
             cache=self.cache,
         )
@@ -157,6 +158,7 @@ class World:
             "Service": self.services,
             "Deployment": self.deployments,
             "NetworkPolicy": self.network_policies,
+            "ConfigMap": self.config_maps,
         }
         match action:
             case reconcile.Create(obj=obj):

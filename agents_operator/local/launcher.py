@@ -28,6 +28,7 @@ from agents_operator.local.processes import (
     member_ports,
     plan,
     prepare_logdir,
+    write_cluster,
 )
 from agents_operator.reconcile import conditions, rules
 from agents_operator.trainer import rundir
@@ -113,6 +114,8 @@ class Launcher:
                 if slot not in self.pods:  # else already there, as a 409 would say
                     self.pods[slot] = ProcessPod([r for r in self.replicas if (r.type, r.index) == slot])
             case reconcile.Create():
+                if action.kind == reconcile.KIND_CONFIG_MAP:
+                    write_cluster(action.obj, self.logdir, self.ports)
                 self.children[action.kind, action.name] = podview.ChildView(action.kind, action.name)
             case reconcile.Delete(kind=reconcile.KIND_POD, name=name, grace_seconds=grace):
                 if (pod := self.pods.get(self.slots[name])) is not None:

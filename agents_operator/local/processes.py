@@ -112,8 +112,25 @@ class _Machine:
             logdir=None if rendered.logdir is None else str(self.logdir),
             port=port,
             peers=rendered.peers.on_local_ports(self.ports) if rendered.peers else None,
+            cluster_file=None if rendered.cluster_file is None else str(cluster_file(self.logdir)),
             env_servers=replace(servers, addresses=tuple(map(tfconfig.localhost, env_servers))) if servers else None,
         )
+
+
+def cluster_file(logdir: Path) -> Path:
+    """Where the local replicas read the job's cluster: what the pods mount from its ConfigMap."""
+    return logdir / rundir.LOGS / tfconfig.CLUSTER_KEY
+
+
+def write_cluster(config_map: dict, logdir: Path, ports: dict[str, int]) -> None:
+    """The cluster of the job's ConfigMap, with its members on their local `ports` (by name: `worker-0`), into
+    `cluster_file`; the launcher does this where the operator creates the ConfigMap."""
+    cluster = tfconfig.parse_cluster(config_map["data"][tfconfig.CLUSTER_KEY])
+    by_member = {(t, i): ports[f"{t}-{i}"] for t, members in cluster.items() for i in range(len(members))}
+    local = tfconfig.on_local_ports(cluster, by_member)
+    path = cluster_file(logdir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tfconfig.cluster_json(local))
 
 
 def plan(

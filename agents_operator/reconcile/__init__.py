@@ -13,6 +13,7 @@ and the local launcher (`local`, over processes).
 """
 
 from agents_operator.reconcile.actions import (
+    KIND_CONFIG_MAP,
     KIND_DEPLOYMENT,
     KIND_POD,
     KIND_SERVICE,
@@ -30,6 +31,7 @@ from agents_operator.reconcile.observe import Desired, DesiredCache
 from agents_operator.reconcile.steps import plan, refused
 
 __all__ = [
+    "KIND_CONFIG_MAP",
     "KIND_DEPLOYMENT",
     "KIND_POD",
     "KIND_SERVICE",

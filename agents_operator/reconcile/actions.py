@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from agents_operator.reconcile.rules import Outcome
 
 KIND_POD, KIND_SERVICE, KIND_DEPLOYMENT = "Pod", "Service", "Deployment"
+KIND_CONFIG_MAP = "ConfigMap"
 
 
 @dataclass(frozen=True)

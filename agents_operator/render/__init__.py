@@ -4,7 +4,8 @@ The operator creates what this returns and the local launcher runs the same laun
 `agents-operator render` prints is what runs. Pure package:
 
 - `common`: names and numbers every child shares, the options, metadata, volumes, security defaults;
-- `pods`: each replica's Pod and the launch each of our containers runs;
+- `pods`: each replica's Pod, the launch each of our containers runs, and the ConfigMap of the cluster they
+  mount;
 - `envservers`: the env-server containers (remote pods' and sidecars');
 - `children`: Services, the NetworkPolicy, TensorBoard, and `children`, everything in order.
 """
@@ -30,7 +31,7 @@ from agents_operator.render.common import (
     run_dir,
 )
 from agents_operator.render.envservers import env_server_launch, sidecar_share
-from agents_operator.render.pods import RenderedPod, pod, pods, rendered_pod, trainer_launch
+from agents_operator.render.pods import RenderedPod, cluster_config, pod, pods, rendered_pod, trainer_launch
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -43,6 +44,7 @@ __all__ = [
     "RenderOptions",
     "RenderedPod",
     "children",
+    "cluster_config",
     "env_server_launch",
     "export_status",
     "network_policy",

@@ -20,7 +20,7 @@ from agents_operator.render.common import (
     scratch_env,
     secure,
 )
-from agents_operator.render.pods import pods
+from agents_operator.render.pods import cluster_config, pods
 
 
 def service(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | None = None) -> dict:
@@ -161,15 +161,20 @@ def tensorboard_url(job: AgentsJob) -> str | None:
 
 
 def children(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
-    """Everything the operator creates for the job: its NetworkPolicy, Services, Pods, then TensorBoard."""
-    return [network_policy(job, options), *services(job, options), *pods(job, options), *tensorboard(job, options)]
+    """Everything the operator creates for the job: its NetworkPolicy, its cluster's ConfigMap, Services, Pods,
+    then TensorBoard."""
+    return [*_before_pods(job, options), *pods(job, options), *tensorboard(job, options)]
+
+
+def _before_pods(job: AgentsJob, options: RenderOptions | None) -> list[dict]:
+    return [network_policy(job, options), cluster_config(job, options), *services(job, options)]
 
 
 def non_pod_children(job: AgentsJob, options: RenderOptions | None = None) -> list[dict]:
     """`children` without the pods, in the same order (a test holds them to it).
 
-    What a reconcile compares with the observed Services, Deployments and NetworkPolicies. Pods are left out
-    because each carries a TF_CONFIG naming every member of the cluster: rendering all of them costs time
-    quadratic in the replicas, and a reconcile needs only the pods of its empty slots (`pod`).
+    What a reconcile compares with the observed ConfigMap, Services, Deployments and NetworkPolicies. Pods are
+    left out: a reconcile needs only the pods of its empty slots (`pod`), and rendering all of them on every
+    event would cost time linear in the replicas.
     """
-    return [network_policy(job, options), *services(job, options), *tensorboard(job, options)]
+    return [*_before_pods(job, options), *tensorboard(job, options)]

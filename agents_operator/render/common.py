@@ -23,6 +23,10 @@ SCRATCH_ENV = {
     "MPLCONFIGDIR": f"{SCRATCH_PATH}/matplotlib",
 }
 """Where the trainer and env server write outside the run directory: all under the scratch volume."""
+CLUSTER_VOLUME = "agents-cluster"
+CLUSTER_PATH = "/etc/agents-operator"
+"""Where each trainer container mounts the job's ConfigMap: its cluster is the file CLUSTER_FILE."""
+CLUSTER_FILE = f"{CLUSTER_PATH}/{tfconfig.CLUSTER_KEY}"
 GRPC_PORT_NAME = "tf-grpc"
 ENV_PORT_NAME = "env-grpc"
 METRICS_PORT_NAME = "metrics"

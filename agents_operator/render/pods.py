@@ -4,12 +4,15 @@ launch each of our containers runs. Pure module."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents_operator import launch, naming, tfconfig
 from agents_operator.api import AgentsJob
 from agents_operator.launch import Launch
 from agents_operator.render.common import (
+    CLUSTER_FILE,
+    CLUSTER_PATH,
+    CLUSTER_VOLUME,
     QUEUE_LABEL,
     RUN_VOLUME,
     TERMINATION_MESSAGE_POLICY,
@@ -27,7 +30,8 @@ from agents_operator.render.envservers import env_server_container, env_server_l
 
 def trainer_launch(job: AgentsJob, replica_type: str, index: int, options: RenderOptions | None = None) -> Launch:
     """What the trainer of replica `<job>-<replica_type>-<index>` runs: the job's preset and overrides in its run
-    directory, resuming what is there, in the role its TF_CONFIG gives it."""
+    directory, resuming what is there, in the role its TF_CONFIG gives it, the cluster read from the job's
+    ConfigMap (`cluster_config`)."""
     options = options or RenderOptions()
     layout = job.topology
     servers = layout.env_server_addresses(replica_type, index)
@@ -40,6 +44,7 @@ def trainer_launch(job: AgentsJob, replica_type: str, index: int, options: Rende
         job=job.name,
         namespace=job.namespace,
         peers=tfconfig.build(job.name, job.namespace, layout.members, replica_type, index, options.port),
+        cluster_file=CLUSTER_FILE,
         env_servers=tfconfig.EnvServers(servers, job.spec.environments.mode) if servers else None,
     )
 
@@ -48,7 +53,7 @@ def _trainer_container(
     job: AgentsJob, given: dict, runs: Launch, replica_type: str, index: int, options: RenderOptions
 ) -> dict:
     """The trainer's container: `given` (from a template, or just a name) with `runs`'s command (unless the
-    template gives its own) and environment, its ports, and the run directory mounted."""
+    template gives its own) and environment, its ports, the run directory and the cluster's ConfigMap mounted."""
     container = copy.deepcopy(given)
     container.setdefault("image", job.spec.image or options.default_image)
     if job.spec.image_pull_policy:
@@ -65,9 +70,28 @@ def _trainer_container(
         p for p in container_ports(job, replica_type, index, options) if p["name"] not in port_names
     ]
     container["env"] += scratch_env(container["env"])
-    mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != RUN_VOLUME]
-    container["volumeMounts"] = [*mounts, {"name": RUN_VOLUME, "mountPath": job.spec.storage.path}]
+    ours = [{"name": RUN_VOLUME, "mountPath": job.spec.storage.path}]
+    if runs.cluster_file is not None:
+        ours.append({"name": CLUSTER_VOLUME, "mountPath": CLUSTER_PATH, "readOnly": True})
+    mounts = [m for m in container.get("volumeMounts", []) if m.get("name") not in (RUN_VOLUME, CLUSTER_VOLUME)]
+    container["volumeMounts"] = [*mounts, *ours]
     return container
+
+
+def cluster_config(job: AgentsJob, options: RenderOptions | None = None) -> dict:
+    """The job's ConfigMap: its cluster (`tfconfig.cluster_json`), once for every pod, which mounts it. Immutable:
+    the cluster lists every worker slot an elastic job may fill, so no scale changes it, and the kubelets need
+    not watch it."""
+    options = options or RenderOptions()
+    cluster = tfconfig.cluster_spec(job.name, job.namespace, job.topology.members, options.port)
+    name = naming.cluster_config_name(job.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(job, name, naming.job_selector(job.name)),
+        "immutable": True,
+        "data": {tfconfig.CLUSTER_KEY: tfconfig.cluster_json(cluster)},
+    }
 
 
 @dataclass(frozen=True)
@@ -99,9 +123,11 @@ def rendered_pod(job: AgentsJob, replica_type: str, index: int, options: RenderO
     # The operator replaces failed pods itself, so that every restart counts against backoffLimit.
     pod_spec["restartPolicy"] = "Never"
     if replica_type != naming.ENV_SERVER:
-        pod_spec["volumes"] = [v for v in pod_spec.get("volumes", []) if v.get("name") != RUN_VOLUME] + [
-            run_volume(job)
-        ]
+        ours = [run_volume(job)]
+        if any(r.cluster_file is not None for r in launches.values()):
+            ours.append({"name": CLUSTER_VOLUME, "configMap": {"name": naming.cluster_config_name(job.name)}})
+        names = {v["name"] for v in ours}
+        pod_spec["volumes"] = [v for v in pod_spec.get("volumes", []) if v.get("name") not in names] + ours
     secure(job, pod_spec)
     scheduling = job.spec.run_policy.scheduling_policy
     if scheduling and scheduling.scheduler_name:
@@ -130,6 +156,9 @@ def _add_programs(
         containers[main] = env_server_container(job, containers[main], runs, options)
     else:
         runs = trainer_launch(job, replica_type, index, options)
+        if "command" in containers[main] or "args" in containers[main]:
+            # A program of the template's own reads the standard TF_CONFIG, with its cluster.
+            runs = replace(runs, cluster_file=None)
         containers[main] = _trainer_container(job, containers[main], runs, replica_type, index, options)
     launches = {containers[main]["name"]: runs}
     for i, container in enumerate(containers):

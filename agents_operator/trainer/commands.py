@@ -178,7 +178,7 @@ def _env_server_option(parser: argparse.ArgumentParser, text: str) -> None:
 def run_train(args: argparse.Namespace) -> int:
     config = resolve_train_config(args.config, args.overrides, args.logdir, args.resume)
     try:
-        tf_config = tfconfig.from_env(os.environ)
+        tf_config = tfconfig.from_env(os.environ, lambda path: Path(path).read_text())
     except tfconfig.TFConfigError as error:
         raise usage.UsageError(f"{tfconfig.ENV_VAR}: {error}") from None
     role = tf_config.task_type if tf_config is not None else naming.WORKER

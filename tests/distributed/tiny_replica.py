@@ -3,6 +3,7 @@
 import logging
 import os
 import sys
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -12,7 +13,7 @@ from agents_operator.trainer import distributed
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = tfconfig.from_env(os.environ)
+    cfg = tfconfig.from_env(os.environ, lambda path: Path(path).read_text())
     if cfg.task_type == "ps":
         return distributed.run_ps(cfg)
     cluster = distributed.Cluster(cfg)

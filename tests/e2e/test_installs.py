@@ -136,7 +136,7 @@ def test_chart_with_peering_serves_from_one_replica_and_fails_over(kube, own_ope
         cluster = Cluster(kube, namespace)
         cluster.started()
         created = [op.metric("agents_operator_children_created_total") for op in replicas]
-        assert sorted(created) == [0, 7], created  # 3 pods, 3 Services and the NetworkPolicy, by one replica
+        assert sorted(created) == [0, 8], created  # 3 pods, 3 Services, the NetworkPolicy and the ConfigMap, by one
         active, standby = (replicas[0], replicas[1]) if created[0] else (replicas[1], replicas[0])
         active.stop()  # a rollout or a drained node: the standby takes over
         cluster.kube.delete("Pod", namespace, "pj-ps-0")  # only a serving operator replaces it

@@ -33,7 +33,7 @@ def test_create_makes_every_child_with_owner_references(cluster):
     assert not any(k.startswith("kopf") for k in st)
     wait_for(lambda: cluster.events("SuccessfulCreate"), 30, "events")
     assert [e["message"] for e in cluster.events("SuccessfulCreate")] == [
-        "Created networkpolicy pj-replicas, 3 services (pj-ps-0, pj-worker-0, pj-worker-1) "
+        "Created networkpolicy pj-replicas, configmap pj-cluster, 3 services (pj-ps-0, pj-worker-0, pj-worker-1) "
         "and 3 pods (pj-ps-0, pj-worker-0, pj-worker-1)"
     ]
     cluster.run_all()

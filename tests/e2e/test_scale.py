@@ -27,12 +27,19 @@ def expected_children(name: str) -> set[tuple[str, str]]:
     return {(o["kind"], o["metadata"]["name"]) for o in render.children(api.parse_job(manifest(name)))}
 
 
-KINDS = ("Pod", "Service", "NetworkPolicy")
+KINDS = ("Pod", "Service", "NetworkPolicy", "ConfigMap")
+ROOT_CA = "kube-root-ca.crt"
+"""The ConfigMap the API server's controller manager puts in every namespace: not a child."""
 
 
 def children(cluster: Cluster) -> list[dict]:
-    """Every Pod, Service and NetworkPolicy in the namespace (labelled ours or not)."""
-    return [{**obj, "kind": kind} for kind in KINDS for obj in cluster.kube.list(kind, cluster.ns)]
+    """Every Pod, Service, NetworkPolicy and ConfigMap in the namespace (labelled ours or not), but ROOT_CA."""
+    return [
+        {**obj, "kind": kind}
+        for kind in KINDS
+        for obj in cluster.kube.list(kind, cluster.ns)
+        if (kind, obj["metadata"]["name"]) != ("ConfigMap", ROOT_CA)
+    ]
 
 
 def count(cluster: Cluster) -> int:
@@ -41,6 +48,8 @@ def count(cluster: Cluster) -> int:
     for kind in KINDS:
         listing = cluster.kube.request("GET", kube.path(kind, cluster.ns), query={"limit": 1})
         total += len(listing["items"]) + (listing["metadata"].get("remainingItemCount") or 0)
+        if kind == "ConfigMap" and cluster.kube.get(kind, cluster.ns, ROOT_CA) is not None:
+            total -= 1
     return total
 
 

@@ -6,19 +6,31 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents_operator import local, presets, tfconfig
+from agents_operator import local, presets, render, tfconfig
 from agents_operator.api import parse_job
+from agents_operator.local import processes
 from agents_operator.trainer import rundir
 from tests.local.standins import PY, job
+
+
+def tf_config(replica: local.Replica) -> tfconfig.TFConfig:
+    """What the trainer of `replica` reads: TF_CONFIG, with the cluster from the run directory's file."""
+    config = tfconfig.from_env(replica.env, lambda path: Path(path).read_text())
+    assert config is not None
+    return config
 
 
 def test_plan_maps_hosts_to_localhost_and_keeps_the_rendered_environment(tmp_path):
     from agents_operator import manifests
 
     j = manifests.load_job(Path(__file__).resolve().parents[2] / "examples" / "pendulum.yaml")
-    replicas = local.plan(j, tmp_path, ports={"ps-0": 40001, "worker-0": 40002, "worker-1": 40003}, metrics_port=9999)
+    ports = {"ps-0": 40001, "worker-0": 40002, "worker-1": 40003}
+    replicas = local.plan(j, tmp_path, ports=ports, metrics_port=9999)
     assert [r.name for r in replicas] == ["ps-0", "worker-0", "worker-1"]
-    cfg = tfconfig.parse(replicas[2].env["TF_CONFIG"])
+    # The cluster file is what the pods mount from the ConfigMap, written where the operator would create it.
+    assert {r.env[tfconfig.CLUSTER_FILE_VAR] for r in replicas} == {str(processes.cluster_file(tmp_path))}
+    processes.write_cluster(render.cluster_config(j), tmp_path, ports)
+    cfg = tf_config(replicas[2])
     assert cfg.cluster == {"ps": ["localhost:40001"], "worker": ["localhost:40002", "localhost:40003"]}
     assert (cfg.task_type, cfg.task_index) == ("worker", 1)
     argv = replicas[1].argv
@@ -33,12 +45,14 @@ def test_an_elastic_jobs_processes_list_a_local_port_for_every_worker_slot(tmp_p
     from tests.world import make_job
 
     j = parse_job(make_job(workers=1, elastic={"maxWorkers": 3}))
-    replicas = local.plan(j, tmp_path, ports={"ps-0": 40001, "worker-0": 40002, "worker-2": 40004})
+    ports = processes.member_ports(j, {"ps-0": 40001, "worker-0": 40002, "worker-2": 40004})
+    replicas = local.plan(j, tmp_path, ports=ports)
     assert [r.name for r in replicas] == ["ps-0", "worker-0"]
-    cfg = tfconfig.parse(replicas[1].env["TF_CONFIG"])
+    processes.write_cluster(render.cluster_config(j), tmp_path, ports)
+    cfg = tf_config(replicas[1])
     assert cfg.cluster["worker"][0] == "localhost:40002" and cfg.cluster["worker"][2] == "localhost:40004"
     assert len(set(cfg.cluster["worker"])) == 3  # slot 1 too, on a port of its own
-    assert tfconfig.parse(replicas[0].env["TF_CONFIG"]).cluster == cfg.cluster
+    assert tf_config(replicas[0]).cluster == cfg.cluster
 
 
 # --- env servers as local processes ----------------------------------------------------------------------

@@ -391,15 +391,15 @@ def test_an_elastic_job_scaled_up_then_down_adds_and_removes_the_highest_workers
 
 
 def test_every_replica_of_an_elastic_job_lists_every_worker_slot_so_no_pod_changes_when_it_scales():
-    from agents_operator import api, render, tfconfig
+    from agents_operator import api, render
+    from tests.render.examples import tf_config_of
 
     def tf_config(workers, name):
         job = api.parse_job(make_job(workers=workers, elastic={"maxWorkers": 4}))
-        pod = render.pod(job, *name)
-        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-        return tfconfig.parse(env[tfconfig.ENV_VAR]), pod
+        pod, config_map = render.pod(job, *name), render.cluster_config(job)
+        return tf_config_of(pod, config_map), pod, config_map
 
-    config, pod = tf_config(2, ("worker", 1))
+    config, pod, config_map = tf_config(2, ("worker", 1))
     assert config.num_workers == 4 and config.cluster["worker"][3] == "pj-worker-3.ns.svc:2222"
-    assert tf_config(3, ("worker", 1))[1] == pod
-    assert tf_config(1, ("ps", 0))[1] == tf_config(4, ("ps", 0))[1]
+    assert tf_config(3, ("worker", 1))[1:] == (pod, config_map)
+    assert tf_config(1, ("ps", 0))[1:] == tf_config(4, ("ps", 0))[1:]

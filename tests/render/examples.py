@@ -3,7 +3,7 @@ the tests of single fields render."""
 
 from pathlib import Path
 
-from agents_operator import manifests
+from agents_operator import manifests, tfconfig
 from agents_operator.api import parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,3 +32,18 @@ def one_worker_job(**worker):
             "spec": {"image": "trainer:1", "replicaSpecs": {"worker": {"replicas": 1, **worker}}},
         }
     )
+
+
+def tf_config_of(pod: dict, config_map: dict) -> tfconfig.TFConfig:
+    """The TF_CONFIG the trainer of `pod` reads: its variable, the cluster from the file it names, which must be
+    a key of the job's ConfigMap where the pod mounts it."""
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    path = env[tfconfig.CLUSTER_FILE_VAR]
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"] and mount["readOnly"]
+    files = {f"{mount['mountPath']}/{key}": text for key, text in config_map["data"].items()}
+    config = tfconfig.from_env(env, files.__getitem__)
+    assert config is not None
+    return config

@@ -6,9 +6,9 @@ import json
 import pytest
 import yaml
 
-from agents_operator import launch, naming, presets, render, tfconfig
+from agents_operator import launch, naming, presets, render
 from agents_operator.api import parse_job
-from tests.render.examples import EXAMPLES, ROOT, UID, load, one_worker_job
+from tests.render.examples import EXAMPLES, ROOT, UID, load, one_worker_job, tf_config_of
 
 DNS_LABEL = __import__("re").compile(naming.DNS_1035_LABEL)
 
@@ -18,6 +18,7 @@ def test_each_pod_gets_its_own_tf_config_and_service(path):
     job = load(path)
     pods = render.pods(job)
     services = {s["metadata"]["name"]: s for s in render.services(job)}
+    config_map = render.cluster_config(job)
     counts = job.spec.replica_specs.counts()
     assert len(pods) == sum(counts.values()) + job.topology.remote_servers
     for pod in pods:
@@ -28,9 +29,7 @@ def test_each_pod_gets_its_own_tf_config_and_service(path):
         assert meta["name"] == f"{job.name}-{replica_type}-{index}"
         assert DNS_LABEL.match(meta["name"]) and len(meta["name"]) <= 63
         assert meta["ownerReferences"][0]["uid"] == UID
-        container = pod["spec"]["containers"][0]
-        env = {e["name"]: e["value"] for e in container["env"]}
-        cfg = tfconfig.parse(env["TF_CONFIG"])
+        cfg = tf_config_of(pod, config_map)
         assert (cfg.task_type, cfg.task_index) == (replica_type, index)
         assert cfg.num_workers == counts["worker"] and cfg.num_ps == counts["ps"]
         if replica_type != naming.EVALUATOR:

@@ -96,4 +96,7 @@ Cluster-wide only: CRD discovery at run time (without it kopf scans resources on
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [list, watch, create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, watch, create, delete]
 {{- end -}}
