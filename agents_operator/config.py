@@ -119,6 +119,14 @@ class TrainerConfig(BaseModel):
         description="'sync': gradients of all workers are aggregated into one update per iteration (DPPO). "
         "'async': each worker applies its own updates to the shared parameters.",
     )
+    backup_workers: int = Field(
+        0,
+        ge=0,
+        le=998,
+        description="In 'sync' mode, each update is the mean of the first (workers - backupWorkers) changes pushed "
+        "for it; later ones are dropped, counted and logged, so a lost or slow worker does not stall the others "
+        "(backup workers, Chen et al. 2016). 0: every update waits for every worker.",
+    )
 
     # --- outputs ----------------------------------------------------------------------------------------
     checkpoint_every: int = Field(10, ge=1, le=1_000_000, description="Save a checkpoint every N updates.")
@@ -159,6 +167,16 @@ class TrainerConfig(BaseModel):
     def minibatch_size(self) -> int:
         return self.batch_size // self.minibatches
 
+    def aggregated_changes(self, workers: int) -> int:
+        """In sync mode, the changes each update is the mean of: `workers` less the backup workers. ValueError
+        when that leaves none."""
+        if self.backup_workers >= workers:
+            raise ValueError(
+                f"backup_workers ({self.backup_workers}) must be less than the workers ({workers}): each update is "
+                "the mean of the first workers - backup_workers changes"
+            )
+        return workers - self.backup_workers
+
     def updates(self, workers: int = 1) -> int:
         """Number of updates each worker runs so that all workers together reach total_steps."""
         return max(1, -(-self.total_steps // (self.batch_size * workers)))
@@ -191,6 +209,7 @@ CHANGEABLE_ON_RESUME = frozenset(
         "export",
         "metrics_port",
         "threads",
+        "backup_workers",
     }
 )
 """Fields of `TrainerConfig` that a resumed run may be given with another value than its saved config's:

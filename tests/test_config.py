@@ -53,3 +53,14 @@ def test_a_validation_error_is_one_line_naming_each_setting():
     assert line.startswith("invalid config: ") and "\n" not in line
     assert "learning_rate: Input should be greater than 0 (got -1)" in line
     assert "learning_rat: unknown setting" in line
+
+
+@pytest.mark.parametrize(("workers", "backups", "aggregated"), [(3, 0, 3), (3, 1, 2), (3, 2, 1)])
+def test_a_sync_update_is_the_mean_of_the_workers_less_the_backups(workers, backups, aggregated):
+    assert TrainerConfig(backup_workers=backups).aggregated_changes(workers) == aggregated
+
+
+@pytest.mark.parametrize(("workers", "backups"), [(3, 3), (1, 1), (2, 5)])
+def test_backup_workers_must_leave_a_change_to_aggregate(workers, backups):
+    with pytest.raises(ValueError, match=rf"backup_workers \({backups}\) must be less than the workers \({workers}\)"):
+        TrainerConfig(backup_workers=backups).aggregated_changes(workers)

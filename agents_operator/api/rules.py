@@ -198,6 +198,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         at=("spec",),
+        cel="!has(self.trainer.backupWorkers) || self.trainer.backupWorkers < self.replicaSpecs.worker.replicas",
+        message="trainer.backupWorkers must be less than replicaSpecs.worker.replicas (each sync update is the mean "
+        "of the first workers - backupWorkers changes)",
+        field="spec.trainer.backupWorkers",
+        check=lambda new, _: new.overrides.get("backup_workers", 0) < new.spec.replica_specs.worker.replicas,
+    ),
+    Rule(
+        at=("spec",),
         cel="has(self.elastic) == has(oldSelf.elastic) && (!has(self.elastic) || self.elastic == oldSelf.elastic)",
         message="elastic is immutable: every replica's cluster lists elastic.maxWorkers worker addresses",
         field="spec.elastic",

@@ -175,6 +175,15 @@ def _env_server_option(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--env-server", metavar="HOST:PORT", help=text)
 
 
+def _check_backup_workers(config: TrainerConfig, tf_config: tfconfig.TFConfig | None) -> None:
+    """A sync cluster's updates must each have a change to aggregate: UsageError before TensorFlow starts."""
+    if tf_config is not None and tf_config.num_ps and config.mode == "sync" and tf_config.num_workers > 1:
+        try:
+            config.aggregated_changes(tf_config.num_workers)
+        except ValueError as error:
+            raise usage.UsageError(f"backup_workers: {error}") from None
+
+
 def run_train(args: argparse.Namespace) -> int:
     config = resolve_train_config(args.config, args.overrides, args.logdir, args.resume)
     try:
@@ -182,6 +191,7 @@ def run_train(args: argparse.Namespace) -> int:
     except tfconfig.TFConfigError as error:
         raise usage.UsageError(f"{tfconfig.ENV_VAR}: {error}") from None
     role = tf_config.task_type if tf_config is not None else naming.WORKER
+    _check_backup_workers(config, tf_config)
     env_servers = usage.env_servers() if role != naming.PS else None
     _quiet_tensorflow()
     from agents_operator.trainer import distributed, loop

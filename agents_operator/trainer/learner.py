@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents_operator import topology
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import distributed, replicas
+from agents_operator.trainer import distributed, replicas, syncupdates
 from agents_operator.trainer.checkpoints import CheckpointError
-from agents_operator.trainer.ppo import epochs, losses
+from agents_operator.trainer.ppo import epochs
 from agents_operator.trainer.ppo.networks import Networks, mlp_tf
 from agents_operator.trainer.ppo.normalize import Moments
 from agents_operator.trainer.ppo.objective import Objective, ppo_objective
@@ -64,7 +63,7 @@ class _Graph:
     state_after_finish: dict[str, Any]  # their values read after `finish_iteration`, by the same names
     shared_variables: list[tf.Variable]
     local_variables: list[tf.Variable]
-    sync_optimizer: tf.compat.v1.train.SyncReplicasOptimizer | None
+    sync: syncupdates.SyncUpdates | None  # sync mode: `push` puts the change into its queue
 
 
 def build_graph(
@@ -73,7 +72,7 @@ def build_graph(
     act_dim: int,
     device_setter: Any = None,
     worker_device: str | None = None,
-    sync_replicas: int = 0,
+    sync: syncupdates.Placement | None = None,
 ) -> _Graph:
     """Create all variables and ops of the learner in the current default graph.
 
@@ -81,8 +80,8 @@ def build_graph(
     (on the ps tasks in a cluster). The PPO epochs run on a local copy of the weights under
     `worker_device`, with this worker's own Adam: an iteration reads the shared weights once (`pull`) and
     writes its change once (`push`), so a worker talks to the parameter servers a few times per iteration,
-    not once per minibatch. With `sync_replicas` > 1 the push waits until every worker has pushed and
-    applies the mean of their changes once (synchronous updates); otherwise each push applies its own.
+    not once per minibatch. With `sync` the push goes to the synchronous updates of `syncupdates` (each update
+    the mean of the first changes for it); otherwise each push applies its own.
     """
 
     def shared_scope():
@@ -91,7 +90,7 @@ def build_graph(
     def local_scope():
         return tf.compat.v1.device(worker_device) if worker_device else contextlib.nullcontext()
 
-    return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync_replicas)
+    return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync)
 
 
 def placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
@@ -180,39 +179,7 @@ def _update(config: TrainerConfig, local: LocalCopy, batch: dict[str, tf.Tensor]
     return {**means, "learning_rate": learning_rate}
 
 
-def _finish(
-    config: TrainerConfig, shared: replicas.Shared, kl: tf.Tensor
-) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor], dict[str, Any]]:
-    """The end of an iteration: its placeholders (env_steps and the normalisers' sums, by name), its metrics
-    (the mean KL) and the state read after it counted the iteration, added the sums and adapted the KL
-    penalty."""
-    v1 = tf.compat.v1
-    feeds = {
-        "env_steps": v1.placeholder(tf.int64, [], "new_env_steps"),
-        **{name: v1.placeholder(tf.float64, var.shape, f"new_{name}") for name, var in shared.statistics.items()},
-    }
-    counters = shared.counters
-    mean_kl = tf.reduce_mean(kl)
-    updates = [
-        counters["env_steps"].assign_add(feeds["env_steps"]),
-        counters["iterations"].assign_add(1),
-        *(var.assign_add(feeds[name]) for name, var in shared.statistics.items()),
-    ]
-    if config.objective == "kl_penalty":
-        beta = counters["kl_beta"]
-        updates.append(beta.assign(losses.adapted_kl_beta(beta, mean_kl, config.kl_target)))
-    with tf.control_dependencies(updates):
-        state = {name: _read(variables) for name, variables in shared.state().items()}
-    return feeds, {"kl": mean_kl}, state
-
-
-def _read(variables: tf.Variable | list[tf.Variable]) -> tf.Tensor | list[tf.Tensor]:
-    if isinstance(variables, list):
-        return [var.read_value() for var in variables]
-    return variables.read_value()
-
-
-def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync_replicas: int) -> _Graph:
+def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync) -> _Graph:
     """`build_graph` with its device scopes made. The variables are created first, in a fixed order, so that
     their initial values depend only on the seed."""
     v1 = tf.compat.v1
@@ -227,9 +194,11 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     with local_scope():
         update = _update(config, local, feeds, update_seed)
         kl = local.objective(config, feeds).kl
-    anchor, weights = local.anchor.variables(), local.networks.variables()
-    push, sync_optimizer = replicas.push(shared, anchor, weights, sync_replicas, shared_scope, local_scope)
-    finish_feeds, finish_metrics, state_after_finish = _finish(config, shared, kl)
+    changes = replicas.changes(local.anchor.variables(), local.networks.variables(), local_scope)
+    shared_weights, global_step = shared.networks.variables(), shared.counters["global_step"]
+    updates = syncupdates.SyncUpdates.create(shared_weights, changes, global_step, sync) if sync else None
+    push = updates.push if updates else replicas.push(shared, changes)
+    finish_feeds, finish_metrics, state_after_finish = replicas.finish(config, shared, kl)
     return _Graph(
         feeds=feeds,
         update_seed=update_seed,
@@ -243,7 +212,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         state_after_finish=state_after_finish,
         shared_variables=shared_variables,
         local_variables=[v for v in v1.global_variables() if all(v is not s for s in shared_variables)],
-        sync_optimizer=sync_optimizer,
+        sync=updates,
     )
 
 
@@ -267,12 +236,14 @@ class Learner:
         self.cluster = cluster
         self.target = target
         self.graph = tf.Graph()
-        chief = topology.runs_as_chief(cluster.tf_config if cluster else None)
         with self.graph.as_default():
             # Weight initialisation (and so a whole single-process run) is reproducible from config.seed.
             tf.compat.v1.set_random_seed(config.seed)
             setter = cluster.device_setter() if cluster else None
-            sync = cluster.num_workers if cluster and config.mode == "sync" else 0
+            sync = None
+            if cluster and config.mode == "sync" and cluster.num_workers > 1:
+                slots = cluster.num_workers
+                sync = syncupdates.Placement(cluster.tf_config.task_index, slots, config.aggregated_changes(slots))
             self._g = build_graph(config, obs_dim, act_dim, setter, cluster.device if cluster else None, sync)
             v1 = tf.compat.v1
             self._init_shared = v1.variables_initializer(self._g.shared_variables)
@@ -284,9 +255,9 @@ class Learner:
                 if cluster is not None:
                     self._uninitialized = v1.report_uninitialized_variables(self._g.shared_variables)
             self.membership = distributed.Membership.create(cluster) if cluster else None
-            self._sync = replicas.SyncOps.create(self._g.sync_optimizer, chief) if self._g.sync_optimizer else None
         self.graph.finalize()
-        self._coordinator: tf.train.Coordinator | None = None
+        self.aggregator: syncupdates.Aggregator | None = None
+        """The chief's in sync mode: the thread that applies the synchronous updates."""
         self.session: tf.compat.v1.Session | None = self._open_session()
 
     def _session_config(self) -> tf.compat.v1.ConfigProto:
@@ -300,14 +271,15 @@ class Learner:
 
     def join(self, initialize: Callable[[], object]) -> None:
         """Make the shared variables usable (the chief calls `initialize` when some are not) and, in sync
-        mode, set up the gradient aggregation (the chief runs its queue runner)."""
+        mode, have the chief apply the synchronous updates (`syncupdates.Aggregator`)."""
         assert self.cluster is not None
-        distributed.prepare_session(self.session, self._uninitialized, initialize, self.cluster.is_chief)
-        self.membership.enter(self.session, self.cluster.is_chief)
+        chief = self.cluster.is_chief
+        fresh = distributed.prepare_session(self.session, self._uninitialized, initialize, chief)
+        self.membership.enter(self.session, chief)
         self._reset_local()
-        if self._sync is not None:
-            self._sync.start(self.session, self.cluster.is_chief)
-            self._coordinator = self._sync.coordinator
+        if self._g.sync is not None and chief:
+            self._g.sync.initialize(self.session, fresh)
+            self.aggregator = syncupdates.Aggregator(self.session, self._g.sync)
 
     def reconnect(self, initialize: Callable[[], object]) -> None:
         """After a ps was lost: a new session once every ps answers again, then `join` again."""
@@ -318,11 +290,16 @@ class Learner:
         self.session = self._open_session()
         self.join(initialize)
 
+    def release_waiting(self) -> None:
+        """The sync chief, after the job's last step: no worker is to wait for another (`SyncUpdates.release`)."""
+        if self._g.sync is not None:
+            self.session.run(self._g.sync.release)
+
     def finish(self) -> None:
         """Give this worker's slot back; the chief, which leaves last, also tells every ps that the job is over
         (a ps exits then), through a session of its own: the training session is closed first, while the ps
-        tasks still run (in sync mode the chief's queue runner waits on a ps for gradients that will not come,
-        and closing a session after that ps has exited would wait for the call forever)."""
+        tasks still run (in sync mode the chief's aggregator waits on ps 0 for changes that will not come, and
+        closing a session after that ps has exited would wait for the call forever)."""
         if self.membership is not None:
             self.membership.give_back(self.session)
         self._close_session()
@@ -348,16 +325,25 @@ class Learner:
         """`epochs` passes of minibatch Adam steps over `batch` on the local copy of the shared weights (one
         session run, the minibatch order drawn from `rng`), then one push of the change; metrics averaged
         over all minibatches, plus the seconds spent with the shared variables (`ps_seconds`: pull and
-        push, which in sync mode waits for every worker) and on the local epochs (`epochs_seconds`)."""
+        push, which in sync mode waits for the update it is part of) and on the local epochs (`epochs_seconds`),
+        and on the sync chief the late changes dropped so far in the job (`sync_dropped`)."""
+        sync = self._g.sync
         begin = time.perf_counter()
+        label = self.session.run(sync.step) if sync else None  # read before the weights it labels
         self.session.run(self._g.pull)
         pulled = time.perf_counter()
         feed = self._feed(batch)
         feed[self._g.update_seed] = rng.integers(np.iinfo(np.int64).max, size=2)
         metrics = self.session.run(self._g.update, feed)
         trained = time.perf_counter()
-        self.session.run(self._g.push)
+        if sync:
+            self.session.run(sync.push, {sync.label: label})
+            sync.wait(self.session, label)
+        else:
+            self.session.run(self._g.push)
         timings = {"ps_seconds": pulled - begin + time.perf_counter() - trained, "epochs_seconds": trained - pulled}
+        if self.aggregator is not None:
+            timings["sync_dropped"] = self.aggregator.dropped
         return {**{key: float(value) for key, value in metrics.items()}, **timings}
 
     def finish_iteration(
@@ -412,10 +398,7 @@ class Learner:
         self._close_session()
 
     def _close_session(self) -> None:
-        """Stop the queue runner (sync chief) and close the session; safe to repeat."""
-        if self._coordinator is not None:
-            self._coordinator.request_stop()
-            self._coordinator = None
+        """Close the session (which ends the sync chief's aggregator); safe to repeat."""
         if self.session is not None:
             self.session.close()
             self.session = None

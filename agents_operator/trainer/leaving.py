@@ -43,11 +43,12 @@ class StopRequest:
 def leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, progress: Progress) -> LearnerState:
     """End this worker's part in the job; the chief leaves last and saves the final state.
 
-    The chief keeps its session (and, in sync mode, the queue runner that applies aggregated gradients)
-    until every other worker has left, so that none is left waiting for an update; then it checkpoints
-    what they all learned.
+    The chief keeps its session (and, in sync mode, the thread that applies the updates) until every other
+    worker has left, having released any that waits for a step that will not come; then it checkpoints what
+    they all learned.
     """
     if cluster.is_chief:
+        learner.release_waiting()
         distributed.wait_until_gone(lambda: other_members(cluster, learner), progress.note)
     state = learner.state()
     if cluster.is_chief:

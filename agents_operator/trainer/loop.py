@@ -386,6 +386,8 @@ class _Outputs:
         }
         if simulation is not None:
             values["perf/simulation_share"] = simulation
+        if "sync_dropped" in losses:
+            values["sync/dropped_changes"] = losses["sync_dropped"]
         if mean_return is not None:
             values["train/mean_return"] = mean_return
             values["train/mean_length"] = float(np.mean(episode_lengths))

@@ -1,11 +1,10 @@
-"""The state every worker shares (`Shared`: on the ps tasks in a cluster) and how a worker's change reaches it:
-one `push` per iteration, which in sync mode goes through a `SyncReplicasOptimizer` that applies the mean of
-every worker's change once (`SyncOps` does its session hook's work).
+"""The state every worker shares (`Shared`: on the ps tasks in a cluster) and how a worker's iteration reaches
+it: one `push` of its change (async; in sync mode its `changes` go to `syncupdates`, which applies the mean of
+the first changes of each step), then `finish`: the counters, the normaliser sums and the KL penalty.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any
 import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import distributed
+from agents_operator.trainer.ppo import losses
 from agents_operator.trainer.ppo.networks import Networks
 
 Scope = Callable[[], AbstractContextManager[Any]]
@@ -62,57 +61,47 @@ class Shared:
         return {"weights": self.networks.variables(), **self.statistics, **self.counters}
 
 
-def push(
-    shared: Shared,
-    anchor: list[tf.Variable],
-    weights: list[tf.Variable],
-    sync_replicas: int,
-    shared_scope: Scope,
-    local_scope: Scope,
-) -> tuple[tf.Operation, tf.compat.v1.train.SyncReplicasOptimizer | None]:
-    """The op that applies this worker's change (`weights` less the `anchor` they started from) to the shared
-    weights (and counts the update), and in sync mode the optimizer that aggregates every worker's change
-    first."""
-    shared_weights, global_step = shared.networks.variables(), shared.counters["global_step"]
+def changes(anchor: list[tf.Variable], weights: list[tf.Variable], local_scope: Scope) -> list[tf.Tensor]:
+    """This worker's change of each weight as a pseudo-gradient (the anchor less the weights, computed on the
+    worker): plain SGD with step size 1 on it adds the change."""
     with local_scope():
-        # The negated change serves as a gradient for plain SGD with step size 1: weights += change.
-        changes = zip(anchor, weights, strict=True)
-        pseudo_gradients = [a - w for a, w in changes]
-    if sync_replicas <= 1:
-        updates = (s.assign_sub(g) for s, g in zip(shared_weights, pseudo_gradients, strict=True))
-        return tf.group(*updates, global_step.assign_add(1), name="push"), None
-    with shared_scope():
-        sync_optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(1.0),
-            replicas_to_aggregate=sync_replicas,
-            total_num_replicas=sync_replicas,
-        )
-        gradients = zip(pseudo_gradients, shared_weights, strict=True)
-        return sync_optimizer.apply_gradients(gradients, global_step=global_step), sync_optimizer
+        return [a - w for a, w in zip(anchor, weights, strict=True)]
 
 
-@dataclass
-class SyncOps:
-    """What `SyncReplicasOptimizer`'s session hook does, for a plain session (no MonitoredSession: its
-    hard-coded 30 s recovery wait makes every start-up and recovery slow)."""
+def push(shared: Shared, pseudo_gradients: list[tf.Tensor]) -> tf.Operation:
+    """The op that applies this worker's change to the shared weights at once and counts the update (async)."""
+    shared_weights, global_step = shared.networks.variables(), shared.counters["global_step"]
+    updates = (s.assign_sub(g) for s, g in zip(shared_weights, pseudo_gradients, strict=True))
+    return tf.group(*updates, global_step.assign_add(1), name="push")
 
-    ready: tf.Tensor
-    local_init: tf.Operation
-    queue_runner: tf.compat.v1.train.QueueRunner | None
-    coordinator: tf.train.Coordinator | None = None
 
-    @classmethod
-    def create(cls, optimizer: tf.compat.v1.train.SyncReplicasOptimizer, chief: bool) -> SyncOps:
-        return cls(
-            ready=optimizer.ready_for_local_init_op,
-            local_init=optimizer.chief_init_op if chief else optimizer.local_step_init_op,
-            queue_runner=optimizer.get_chief_queue_runner() if chief else None,
-        )
+def finish(
+    config: TrainerConfig, shared: Shared, kl: tf.Tensor
+) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor], dict[str, Any]]:
+    """The end of an iteration: its placeholders (env_steps and the normalisers' sums, by name), its metrics
+    (the mean KL) and the state read after it counted the iteration, added the sums and adapted the KL
+    penalty."""
+    v1 = tf.compat.v1
+    feeds = {
+        "env_steps": v1.placeholder(tf.int64, [], "new_env_steps"),
+        **{name: v1.placeholder(tf.float64, var.shape, f"new_{name}") for name, var in shared.statistics.items()},
+    }
+    counters = shared.counters
+    mean_kl = tf.reduce_mean(kl)
+    updates = [
+        counters["env_steps"].assign_add(feeds["env_steps"]),
+        counters["iterations"].assign_add(1),
+        *(var.assign_add(feeds[name]) for name, var in shared.statistics.items()),
+    ]
+    if config.objective == "kl_penalty":
+        beta = counters["kl_beta"]
+        updates.append(beta.assign(losses.adapted_kl_beta(beta, mean_kl, config.kl_target)))
+    with tf.control_dependencies(updates):
+        state = {name: _read(variables) for name, variables in shared.state().items()}
+    return feeds, {"kl": mean_kl}, state
 
-    def start(self, session: tf.compat.v1.Session, chief: bool) -> None:
-        while len(session.run(self.ready)):
-            time.sleep(distributed.READY_POLL_SECONDS)
-        session.run(self.local_init)
-        if chief:
-            self.coordinator = tf.train.Coordinator()
-            self.queue_runner.create_threads(session, coord=self.coordinator, daemon=True, start=True)
+
+def _read(variables: tf.Variable | list[tf.Variable]) -> tf.Tensor | list[tf.Tensor]:
+    if isinstance(variables, list):
+        return [var.read_value() for var in variables]
+    return variables.read_value()

@@ -34,6 +34,8 @@ TAGS = {
     "acting, normalising, exchanges, waiting); absent where the policy acts in the trainer over env servers",
     "perf/ps_share": "share of the update spent with the shared variables: pull, push (in sync mode this "
     "includes waiting for the other workers) and the closing read, against the local PPO epochs",
+    "sync/dropped_changes": "sync chief only: workers' changes dropped so far in the job because they came after "
+    "their step was applied (backupWorkers)",
 }
 
 

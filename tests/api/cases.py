@@ -178,6 +178,8 @@ BAD = [
     Bad("spec", elastic_spec(minWorkers=3, maxWorkers=4), "spec.replicaSpecs.worker.replicas", "must lie within"),
     Bad("spec", elastic_spec(ps=False, workers=1), "spec.replicaSpecs.ps", "elastic.maxWorkers above 1 needs"),
     Bad("spec.elastic", {"maxWorkers": 4}, "spec.trainer.mode", "elastic needs trainer.mode: async"),
+    Bad("spec.trainer.backupWorkers", 2, "spec.trainer.backupWorkers", "must be less than replicaSpecs.worker"),
+    Bad("spec.trainer.backupWorkers", -1, "spec.trainer.backupWorkers", "greater than or equal to 0"),
     Bad("spec.elastic", {"minWorkers": 0, "maxWorkers": 4}, "spec.elastic.minWorkers", "greater than or equal to 1"),
     Bad("spec.elastic", {"minWorkers": 1}, "spec.elastic.maxWorkers", "Field required"),
     Bad("spec.replicaSpecs.evaluator", {"replicas": 2}, "spec.replicaSpecs.evaluator.replicas", "must be 1"),

@@ -29,10 +29,12 @@ SETTINGS = {
 }
 
 
-def start(cluster: dict, task_type: str, index: int, logdir: Path, out: Path) -> subprocess.Popen:
+def start(
+    cluster: dict, task_type: str, index: int, logdir: Path, out: Path, settings: dict = SETTINGS
+) -> subprocess.Popen:
     env = {**os.environ, tfconfig.ENV_VAR: tfconfig.TFConfig(cluster, task_type, index).to_json()}
     env[tfconfig.BIND_HOST_VAR] = "127.0.0.1"
-    sets = [f"--set={key}={json.dumps(value)}" for key, value in SETTINGS.items()]
+    sets = [f"--set={key}={json.dumps(value)}" for key, value in settings.items()]
     command = [sys.executable, "-m", "agents_operator.cli", "train", "--config", "pendulum", *sets]
     log = (out / f"{task_type}-{index}.log").open("w")
     # --resume as every rendered replica: the run directory is the job's, whoever comes first

@@ -1,5 +1,6 @@
 """The state every worker shares and a worker's push (trainer/replicas.py): the counters and normaliser sums
-start where they must, and one push adds the worker's change to the shared weights and counts one update."""
+start where they must, and one push adds the worker's change to the shared weights and counts one update (the
+sync mode's updates: tests/trainer/test_syncupdates.py)."""
 
 import contextlib
 
@@ -8,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer.replicas import Shared, SyncOps, push
+from agents_operator.trainer.replicas import Shared, changes, push
 
 CONFIG = TrainerConfig(policy_layers=[4], value_layers=[4], kl_init_penalty=0.5, init_log_std=-1.0)
 OBS, ACT = 3, 2
@@ -47,27 +48,15 @@ def test_a_push_adds_the_workers_change_to_the_shared_weights_and_counts_one_upd
             tf.compat.v1.get_variable(f"weights{i}", v.shape, initializer=tf.zeros_initializer())
             for i, v in enumerate(variables)
         ]
-    op, sync_optimizer = push(shared, anchor, weights, 1, contextlib.nullcontext, contextlib.nullcontext)
-    assert sync_optimizer is None
+    op = push(shared, changes(anchor, weights, contextlib.nullcontext))
     session.run(tf.compat.v1.global_variables_initializer())
     before = session.run(variables)
     rng = np.random.default_rng(0)
     starts = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
-    changes = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+    deltas = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
     session.run([a.assign(s) for a, s in zip(anchor, starts, strict=True)])
-    session.run([w.assign(s + c) for w, s, c in zip(weights, starts, changes, strict=True)])
+    session.run([w.assign(s + c) for w, s, c in zip(weights, starts, deltas, strict=True)])
     session.run(op)
-    for after, was, change in zip(session.run(variables), before, changes, strict=True):
+    for after, was, change in zip(session.run(variables), before, deltas, strict=True):
         np.testing.assert_allclose(after, was + change, rtol=1e-5, atol=1e-6)
     assert session.run(shared.counters["global_step"]) == 1
-
-
-def test_in_sync_mode_the_push_goes_through_an_optimizer_that_aggregates_every_worker(session):
-    shared = Shared.create(CONFIG, OBS, ACT)
-    variables = shared.networks.variables()
-    local = [tf.Variable(tf.zeros(v.shape)) for v in variables]
-    _, sync_optimizer = push(shared, local, local, 2, contextlib.nullcontext, contextlib.nullcontext)
-    assert isinstance(sync_optimizer, tf.compat.v1.train.SyncReplicasOptimizer)
-    chief, other = SyncOps.create(sync_optimizer, chief=True), SyncOps.create(sync_optimizer, chief=False)
-    assert chief.queue_runner is not None and other.queue_runner is None
-    assert chief.local_init is not other.local_init
