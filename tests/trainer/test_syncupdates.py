@@ -48,6 +48,14 @@ class Job:
     def global_step(self) -> int:
         return int(self.session.run(self.step))
 
+    def first_step_with_every_token_taken(self) -> None:
+        """Workers 0 and 1 make step 1; its tokens all go (to workers that are not looked at)."""
+        self.push(0, 0, 1.0)
+        self.push(1, 0, 1.0)
+        self.wait_for_step(1)
+        for _ in range(SLOTS):
+            self.session.run(self.workers[0].token)
+
     def wait_for_step(self, step: int) -> None:
         deadline = time.monotonic() + 30
         while self.global_step() < step:
@@ -114,11 +122,7 @@ def test_a_worker_waits_for_a_token_of_a_later_step_and_discards_older_ones(job)
 
 @pytest.mark.parametrize("job", [1], indirect=True)
 def test_a_worker_whose_token_went_to_another_goes_on_once_the_global_step_is_past_its_own(job):
-    job.push(0, 0, 1.0)
-    job.push(1, 0, 1.0)
-    job.wait_for_step(1)
-    for _ in range(SLOTS):
-        job.session.run(job.workers[0].token)  # every token taken
+    job.first_step_with_every_token_taken()
     begin = time.monotonic()
     job.workers[2].wait(job.session, 0)
     assert time.monotonic() - begin >= syncupdates.WAIT_MS / 1000  # after one wait for a token
@@ -135,10 +139,6 @@ def test_a_chief_that_takes_over_starts_a_new_step_and_releases_every_waiting_wo
 
 @pytest.mark.parametrize("job", [1], indirect=True)
 def test_after_the_last_step_the_chief_releases_a_worker_that_labelled_its_change_with_it(job):
-    job.push(0, 0, 1.0)
-    job.push(1, 0, 1.0)
-    job.wait_for_step(1)
-    for _ in range(SLOTS):
-        job.session.run(job.workers[0].token)
+    job.first_step_with_every_token_taken()
     job.session.run(job.workers[0].release)  # the job is over at step 1
     job.workers[2].wait(job.session, 1)  # a change labelled with the last step: no step will pass it
