@@ -186,7 +186,8 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
 def _add_render(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "render",
-        help="print the children (NetworkPolicy, Services, Pods, TensorBoard) the operator creates for a job",
+        help="print the children (NetworkPolicy, the cluster's ConfigMap, Services, Pods, TensorBoard) the operator "
+        "creates for a job",
         description="Print, as multi-document YAML, the children the operator creates for the AgentsJob in "
         "FILE. Offline the job has no uid yet, so ownerReferences are left out.",
     )
