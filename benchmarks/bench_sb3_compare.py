@@ -147,6 +147,7 @@ UNMATCHED = {
     "envs_per_process": "SubprocVecEnv runs one process per environment, the trainer envs_per_process per process "
     "(unset: one process per usable CPU): listed under `differences`",
     "mode": "one worker: sync and async are the same run",
+    "backup_workers": "one worker: no update waits for another",
     "checkpoint_every": "outputs: the trainer checkpoints only at the end here, SB3 saves nothing",
     "eval_every": "outputs: both evaluate once, at the end",
     "video_episodes": "outputs: none rendered here",
