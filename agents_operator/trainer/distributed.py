@@ -16,6 +16,8 @@ Four protocols sit on top of plain `tf.distribute.Server`s:
 - **Membership.** The cluster lists a worker address per slot (an elastic job's most workers), not only
   the workers there are: a worker that joins sets its flag in a vector on ps 0 and clears it when it
   leaves (its job finished, or SIGTERM after it was scaled away), so the chief knows who is really there.
+  It takes its slot only once every ps can call it back: a replaced pod's name points to a new IP that
+  a ps's gRPC channel learns only when it resolves the name again.
 - **Completion.** Each ps owns a FIFO queue. The chief finishes last: once no other worker is flagged (or
   the flagged ones no longer listen: they died), it saves the final checkpoint and puts a token into every
   ps's queue, and a ps exits 0 at that token, so parameter servers do not linger.
@@ -50,6 +52,7 @@ GONE_TIMEOUT_SECONDS = 900.0
 WAIT_INITIAL_SECONDS = 0.5
 WAIT_MAX_SECONDS = 10.0
 READY_POLL_SECONDS = 0.5
+CALL_BACK_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,8 @@ class Membership:
     leave: tf.Operation
     initialized: tf.Tensor
     done: list[tf.Operation]
+    calls: list[tf.Tensor]
+    """One per ps: the ps reads this worker's clock, the way it reads every pushed gradient."""
 
     @classmethod
     def create(cls, cluster: Cluster) -> Membership:
@@ -239,30 +244,71 @@ class Membership:
                 collections=[],
                 use_resource=True,
             )
-        with v1.device(cluster.device):
-            one, zero = tf.constant([1]), tf.constant([0])
-        join = flags.scatter_update(tf.IndexedSlices(one, tf.constant([index]))).op
-        leave = flags.scatter_update(tf.IndexedSlices(zero, tf.constant([index]))).op
+            # Built on ps 0, beside the flags: taking or freeing a slot sends nothing from this worker.
+            slot, one, zero = tf.constant([index]), tf.constant([1]), tf.constant([0])
+            join = flags.scatter_update(tf.IndexedSlices(one, slot)).op
+            leave = flags.scatter_update(tf.IndexedSlices(zero, slot)).op
         with v1.device(cluster.device):
             done = done_ops(cluster) if cluster.is_chief else []
-        return cls(flags, join, leave, v1.is_variable_initialized(flags), done)
+            clock = tf.timestamp()  # stateful: never folded into a constant on the ps
+        calls = []
+        for ps in range(cluster.tf_config.num_ps):
+            with v1.device(f"/job:ps/task:{ps}"):
+                calls.append(tf.identity(clock, name=f"call_back_{ps}"))
+        return cls(flags, join, leave, v1.is_variable_initialized(flags), done, calls)
 
     def enter(self, session: tf.compat.v1.Session, is_chief: bool) -> None:
-        """Take this worker's slot (the chief first makes the flags when a fresh ps has none)."""
+        """Take this worker's slot (the chief first makes the flags when a fresh ps has none), once every ps
+        can call this worker back (`wait_until_called_back`)."""
         if is_chief and not session.run(self.initialized):
             session.run(self.flags.initializer)
         while not session.run(self.initialized):
             time.sleep(READY_POLL_SECONDS)
+        wait_until_called_back(session, self.calls)
         session.run(self.join)
 
     def members(self, session: tf.compat.v1.Session) -> list[int]:
         """The slots taken now."""
         return [int(i) for i in np.flatnonzero(session.run(self.flags))]
 
-    def give_back(self, session: tf.compat.v1.Session) -> None:
-        """Free this worker's slot (nothing to free when ps 0 is gone: its flags went with it)."""
+    def give_back(self, session: tf.compat.v1.Session, then: tf.Operation | None = None) -> None:
+        """Free this worker's slot, then run `then` (sync mode's wake-up: the step in progress needs one change
+        fewer); nothing to free when ps 0 is gone: its flags went with it."""
         with contextlib.suppress(*LOST_CONNECTION):
             session.run(self.leave)
+            if then is not None:
+                session.run(then)
+
+
+def wait_until_called_back(
+    session: tf.compat.v1.Session,
+    calls: list[tf.Tensor],
+    sleep: Callable[[float], None] = time.sleep,
+    timeout: float = CALL_BACK_TIMEOUT_SECONDS,
+) -> None:
+    """Block until every ps can fetch a tensor from this worker, retrying while one cannot (UnavailableError).
+
+    A ps fetches what a worker sends it (every pushed gradient) by calling the worker, through a gRPC channel
+    opened at the worker's first call. When a worker's pod is replaced, its name moves to a new IP, but the
+    ps's channel still dials the old one until gRPC resolves the name again (at a failed connection, at most
+    every 30 s): the new worker's first pushes would fail. This waits that out, and says so, before the
+    worker takes its slot; past `timeout` the last error is raised.
+    """
+    deadline, delay, reported = time.monotonic() + timeout, WAIT_INITIAL_SECONDS, False
+    while True:
+        try:
+            session.run(calls)
+            if reported:
+                log.info("every ps reaches this worker now")
+            return
+        except tf.errors.UnavailableError as error:
+            if time.monotonic() >= deadline:
+                raise
+            if not reported:
+                log.info("a ps cannot reach this worker yet (%s); retrying with backoff", first_line(error))
+                reported = True
+        sleep(delay)
+        delay = min(delay * 2, WAIT_MAX_SECONDS)
 
 
 def prepare_session(

@@ -1,10 +1,13 @@
 """The cluster as each replica joins it (trainer/distributed.py), without TensorFlow servers: waiting for a
-peer with backoff, saying once what it waits for; who initialises the shared variables."""
+peer with backoff, saying once what it waits for; who initialises the shared variables; what a worker's
+membership sends to the ps tasks, and waiting until each can call the worker back."""
 
 import socket
 
 import pytest
+import tensorflow as tf
 
+from agents_operator import tfconfig
 from agents_operator.local.processes import free_port
 from agents_operator.trainer import distributed
 
@@ -94,3 +97,41 @@ def test_the_first_line_of_a_graph_error_is_its_cause():
         == "RuntimeError: Checksum does not match: stored 1 vs. calculated 2"
     )
     assert distributed.first_line(ValueError("")) == "ValueError"
+
+
+class CallBackSession:
+    """Fails the way a ps fails to reach a replaced worker's old IP, `failures` times, then answers."""
+
+    def __init__(self, failures):
+        self.failures, self.runs = failures, 0
+
+    def run(self, calls):
+        self.runs += 1
+        if self.runs <= self.failures:
+            raise tf.errors.UnavailableError(None, None, "failed to connect to all addresses; connect() timed out")
+        return [0.0 for _ in calls]
+
+
+def test_a_worker_waits_until_every_ps_can_call_it_back_and_says_so_once(caplog):
+    caplog.set_level("INFO")
+    sleeps = []
+    session = CallBackSession(failures=3)
+    distributed.wait_until_called_back(session, ["call"], sleep=sleeps.append)
+    assert session.runs == 4 and sleeps == [0.5, 1.0, 2.0]
+    assert caplog.text.count("a ps cannot reach this worker yet (UnavailableError: failed to connect") == 1
+    assert "every ps reaches this worker now" in caplog.text
+
+
+def test_a_ps_that_never_reaches_the_worker_raises_after_the_timeout():
+    with pytest.raises(tf.errors.UnavailableError):
+        distributed.wait_until_called_back(CallBackSession(failures=10**6), ["call"], sleep=lambda _: None, timeout=0)
+
+
+def test_membership_sends_nothing_from_the_worker_but_what_each_ps_calls_back_for():
+    cluster = {"ps": ["ps0:2222", "ps1:2222"], "worker": ["w0:2222", "w1:2222"]}
+    with tf.Graph().as_default():
+        membership = distributed.Membership.create(distributed.Cluster(tfconfig.TFConfig(cluster, "worker", 1)))
+    for op in (membership.join, membership.leave):
+        assert {i.op.device for i in op.inputs} == {"/job:ps/task:0"}, op.name
+    assert [c.device for c in membership.calls] == ["/job:ps/task:0", "/job:ps/task:1"]
+    assert {c.op.inputs[0].device for c in membership.calls} == {"/job:worker/task:1"}
