@@ -177,10 +177,6 @@ class TrainerConfig(BaseModel):
             )
         return workers - self.backup_workers
 
-    def updates(self, workers: int = 1) -> int:
-        """Number of updates each worker runs so that all workers together reach total_steps."""
-        return max(1, -(-self.total_steps // (self.batch_size * workers)))
-
 
 _FIELD_NAMES = {
     **{info.alias: name for name, info in TrainerConfig.model_fields.items() if info.alias},

@@ -36,9 +36,6 @@ def test_the_config_is_frozen_and_reads_camel_case():
 def test_sizes_are_derived_from_the_fields():
     config = TrainerConfig(envs_per_worker=4, rollout_steps=8, minibatches=4, total_steps=100)
     assert (config.batch_size, config.minibatch_size) == (32, 8)
-    assert config.updates() == 4  # ceil(100 / 32)
-    assert config.updates(workers=2) == 2  # ceil(100 / 64)
-    assert TrainerConfig(envs_per_worker=4, rollout_steps=8, minibatches=4, total_steps=1).updates(8) == 1
 
 
 def test_minibatches_must_divide_the_batch():

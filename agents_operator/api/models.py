@@ -235,7 +235,8 @@ class AgentsJobSpec(CamelModel):
     elastic: Elastic | None = Field(
         None,
         description="Lets replicaSpecs.worker.replicas change while the job runs (the scale subresource: "
-        "kubectl scale, an HorizontalPodAutoscaler), within these bounds; trainer.mode async only.",
+        "kubectl scale, an HorizontalPodAutoscaler), within these bounds; in sync mode each update aggregates "
+        "the changes of the workers there, less trainer.backupWorkers.",
     )
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Lifecycle: cleanup, limits, suspend.")
     success_policy: SuccessPolicy = Field(

@@ -190,11 +190,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         at=("spec",),
-        cel="!has(self.elastic) || has(self.trainer.mode) && self.trainer.mode == 'async'",
-        message="elastic needs trainer.mode: async (the default, sync, waits for a fixed number of workers at "
-        "every step)",
-        field="spec.trainer.mode",
-        check=lambda new, _: new.spec.elastic is None or new.overrides.get("mode") == "async",
+        cel="!has(self.elastic) || !has(self.trainer.backupWorkers) || "
+        "self.trainer.backupWorkers < self.elastic.minWorkers",
+        message="trainer.backupWorkers must be less than elastic.minWorkers (a sync update is the mean of the "
+        "first workers - backupWorkers changes, at every worker count the job may scale to)",
+        field="spec.trainer.backupWorkers",
+        check=lambda new, _: (
+            new.spec.elastic is None or new.overrides.get("backup_workers", 0) < new.spec.elastic.min_workers
+        ),
     ),
     Rule(
         at=("spec",),

@@ -240,10 +240,12 @@ class Learner:
             # Weight initialisation (and so a whole single-process run) is reproducible from config.seed.
             tf.compat.v1.set_random_seed(config.seed)
             setter = cluster.device_setter() if cluster else None
+            self.membership = distributed.Membership.create(cluster) if cluster else None
             sync = None
             if cluster and config.mode == "sync" and cluster.num_workers > 1:
-                slots = cluster.num_workers
-                sync = syncupdates.Placement(cluster.tf_config.task_index, slots, config.aggregated_changes(slots))
+                slots, worker = cluster.num_workers, cluster.tf_config.task_index
+                aggregated = config.aggregated_changes(slots)
+                sync = syncupdates.Placement(worker, slots, aggregated, members=self.membership.flags)
             self._g = build_graph(config, obs_dim, act_dim, setter, cluster.device if cluster else None, sync)
             v1 = tf.compat.v1
             self._init_shared = v1.variables_initializer(self._g.shared_variables)
@@ -254,7 +256,6 @@ class Learner:
                 self._saver = v1.train.Saver(self._g.shared_variables, max_to_keep=None, save_relative_paths=True)
                 if cluster is not None:
                     self._uninitialized = v1.report_uninitialized_variables(self._g.shared_variables)
-            self.membership = distributed.Membership.create(cluster) if cluster else None
         self.graph.finalize()
         self.aggregator: syncupdates.Aggregator | None = None
         """The chief's in sync mode: the thread that applies the synchronous updates."""
@@ -301,7 +302,7 @@ class Learner:
         tasks still run (in sync mode the chief's aggregator waits on ps 0 for changes that will not come, and
         closing a session after that ps has exited would wait for the call forever)."""
         if self.membership is not None:
-            self.membership.give_back(self.session)
+            self.membership.give_back(self.session, self._g.sync.wake if self._g.sync else None)
         self._close_session()
         if self.membership is not None and self.membership.done:
             with tf.compat.v1.Session(self.target, graph=self.graph, config=self._session_config()) as session:

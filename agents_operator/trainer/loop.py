@@ -101,7 +101,7 @@ def train(
         run = _Run.open(stack, config, logdir, stream, cluster, env_servers, metrics_host, chief)
         stop = stack.enter_context(leaving.StopRequest.on_sigterm(cluster))
         state = run.begin()
-        while not _finished(state, config, cluster) and not stop.requested:
+        while not _finished(state, config) and not stop.requested:
             state = run.iteration(state)
         if stop.requested:
             run.outputs.progress.note(f"SIGTERM: leaving the job after iteration {state.iterations}")
@@ -207,7 +207,7 @@ class _Run:
         result.collect_seconds.append(done.sampling_seconds)
         result.update_seconds.append(done.update_seconds)
         result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, done.sampling_seconds))
-        finished = _finished(state, config, self.cluster)
+        finished = _finished(state, config)
         if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not finished:
             self.outputs.evaluate(state, self.env.observations)
         if self.chief and (state.iterations % config.checkpoint_every == 0 or finished):
@@ -291,10 +291,9 @@ def _ps_share(timings: dict[str, float]) -> float:
     return shared / (shared + timings["epochs_seconds"])
 
 
-def _finished(state: LearnerState, config: TrainerConfig, cluster: distributed.Cluster | None) -> bool:
-    if cluster is not None and config.mode == "sync" and cluster.num_workers > 1:
-        # Each synchronous update is one iteration of every worker: all of them stop after the same one.
-        return state.global_step >= config.updates(cluster.num_workers)
+def _finished(state: LearnerState, config: TrainerConfig) -> bool:
+    """The job's budget is spent: the shared env-step counter (every worker's steps) reached total_steps, in every
+    mode (a sync job's worker count may change while it runs: `syncupdates`)."""
     return state.env_steps >= config.total_steps
 
 

@@ -1,8 +1,13 @@
 """Synchronous updates with backup workers (Chen et al., 2016, "Revisiting Distributed Synchronous SGD").
 
-Each step of the shared weights is the mean of the first N - b changes pushed for it, N the worker slots and b
-`backup_workers`; a change that comes later, for a step already applied, is dropped, counted and logged. With
-b >= 1 one lost or slow worker does not stall the job; with b = 0 every step waits for every worker.
+Each step of the shared weights is the mean of the first N - b changes pushed for it, N the workers in the job
+(the slots flagged in `distributed.Membership`, at most every slot) and b `backup_workers`; a change that comes
+later, for a step already applied, is dropped, counted and logged. With b >= 1 one lost or slow worker does not
+stall the job; with b = 0 every step waits for every worker.
+
+- **Elastic.** N is read at each step's start: a worker that joins counts from the next step on. A worker
+  that leaves clears its flag and puts a wake-up (label -1, no change) into the queue, so the step in
+  progress needs one change fewer at once, and does not wait for a change that will not come.
 
 - A worker labels its change with the global step it read just before it pulled the weights (`step`), puts it
   in a queue on ps 0 (`push`) and waits for a token of a later step (`wait`).
@@ -33,6 +38,8 @@ import tensorflow as tf
 
 log = logging.getLogger(__name__)
 
+WAKE = -1
+"""The label of a leaving worker's wake-up: a step's count of changes is looked at again, nothing is applied."""
 WAIT_MS = 1000
 """How long a worker waits for a token before it reads the global step (its token may have gone to another)."""
 ENDED = (tf.errors.CancelledError, tf.errors.AbortedError, tf.errors.UnavailableError, RuntimeError)
@@ -49,17 +56,25 @@ class Placement:
     slots: int
     aggregated: int
     device: str | None = "/job:ps/task:0"
+    members: tf.Variable | None = None
+    """The membership flags (`distributed.Membership.flags`, on ps 0): N is the slots flagged, less the backups.
+    None: N is every slot."""
+
+    @property
+    def backups(self) -> int:
+        return self.slots - self.aggregated
 
 
 @dataclass(frozen=True)
 class SyncUpdates:
-    """The ops of synchronous updates: `step` and `label` for a worker's change, `push`, `token`; the chief's
-    `apply` (one step), `restart` and `release`."""
+    """The ops of synchronous updates: `step` and `label` for a worker's change, `push`, `token`, `wake` (it
+    leaves); the chief's `apply` (one step), `restart` and `release`."""
 
     step: tf.Tensor
     label: tf.Tensor
     push: tf.Operation
     token: tf.Tensor
+    wake: tf.Operation
     apply: dict[str, tf.Tensor]
     restart: tf.Operation
     release: tf.Operation
@@ -76,7 +91,7 @@ class SyncUpdates:
     ) -> SyncUpdates:
         """`changes` are this worker's pseudo-gradients of `weights` (`replicas.changes`)."""
         v1 = tf.compat.v1
-        worker, slots, need = placement.worker, placement.slots, placement.aggregated
+        worker, slots = placement.worker, placement.slots
         with v1.device(placement.device) if placement.device else contextlib.nullcontext():
             dtypes = [tf.int64, tf.int32, *(w.dtype.base_dtype for w in weights)]
             shapes = [[], [], *(w.shape for w in weights)]
@@ -90,13 +105,15 @@ class SyncUpdates:
             label = v1.placeholder(tf.int64, [], "sync_label")
             push = queue.enqueue([label, tf.constant(worker, tf.int32), *changes])
             token = tokens.dequeue()
-            apply = _apply(queue, tokens, weights, global_step, dropped, need, slots)
+            nothing = [tf.zeros(w.shape, w.dtype.base_dtype) for w in weights]
+            wake = queue.enqueue([tf.constant(WAKE, tf.int64), tf.constant(worker, tf.int32), *nothing])
+            apply = _apply(queue, tokens, weights, global_step, dropped, _need(placement), slots)
             with tf.control_dependencies([global_step.assign_add(1)]):
                 new_step = global_step.read_value()
             restart = tokens.enqueue_many([tf.fill([slots], new_step)])
             release = tokens.enqueue_many([tf.fill([slots], tf.constant(np.iinfo(np.int64).max))])
             ready = dropped.is_initialized()
-        return cls(step, label, push, token, apply, restart, release, dropped, ready)
+        return cls(step, label, push, token, wake, apply, restart, release, dropped, ready)
 
     def initialize(self, session: tf.compat.v1.Session, fresh: bool) -> None:
         """The chief, when it joins: the drop counter where a fresh ps has none, and a new step when it took over
@@ -119,26 +136,40 @@ class SyncUpdates:
                     return
 
 
-def _apply(queue, tokens, weights, global_step, dropped, need: int, slots: int) -> dict[str, tf.Tensor]:
-    """One step: the mean of the first `need` changes for the current step, the late ones dropped and counted
-    by worker; the step counted; a token for every slot."""
-    current = global_step.read_value()
+def _need(placement: Placement):
+    """The changes a step needs now (a function: read when called): the workers flagged less the backups, at
+    least one; every slot's less the backups without flags."""
+    if placement.members is None:
+        return lambda: tf.constant(placement.aggregated)
+    flags = placement.members
+    return lambda: tf.maximum(1, tf.reduce_sum(flags.read_value()) - placement.backups)
+
+
+def _apply(queue, tokens, weights, global_step, dropped, need, slots: int) -> dict[str, tf.Tensor]:
+    """One step: the mean of the first `need()` changes for the current step (`need()` as of the step's start, or
+    lower as soon as a worker leaves), the late ones dropped and counted by worker, wake-ups neither; the step
+    counted; a token for every slot."""
+    current, at_start = global_step.read_value(), need()
 
     def body(accepted, late, *sums):
         label, worker, *change = queue.dequeue()
         fresh = tf.equal(label, current)
         sums = [s + tf.where(fresh, c, tf.zeros_like(c)) for s, c in zip(sums, change, strict=True)]
-        stale = 1 - tf.cast(fresh, tf.int32)
+        stale = tf.cast(tf.logical_and(tf.logical_not(fresh), tf.not_equal(label, WAKE)), tf.int32)
         return accepted + tf.cast(fresh, tf.int32), late + stale * tf.one_hot(worker, slots, dtype=tf.int32), *sums
 
     start = [tf.constant(0), tf.zeros([slots], tf.int32), *(tf.zeros(w.shape, w.dtype.base_dtype) for w in weights)]
-    _, late, *sums = tf.while_loop(
-        lambda accepted, *_: accepted < need, body, start, parallel_iterations=1, back_prop=False
+    accepted, late, *sums = tf.while_loop(
+        lambda accepted, *_: accepted < tf.minimum(at_start, need()),
+        body,
+        start,
+        parallel_iterations=1,
+        back_prop=False,
     )
     updates = []
     for weight, total in zip(weights, sums, strict=True):
         with tf.compat.v1.device(weight.device):
-            updates.append(weight.assign_sub(total / need))
+            updates.append(weight.assign_sub(total / tf.cast(accepted, total.dtype)))
     with tf.control_dependencies(updates):
         counted_step = global_step.assign_add(1)
     with tf.control_dependencies([counted_step]):

@@ -177,7 +177,12 @@ BAD = [
     Bad("spec", elastic_spec(maxWorkers=1), "spec.replicaSpecs.worker.replicas", "must lie within elastic.minWorkers"),
     Bad("spec", elastic_spec(minWorkers=3, maxWorkers=4), "spec.replicaSpecs.worker.replicas", "must lie within"),
     Bad("spec", elastic_spec(ps=False, workers=1), "spec.replicaSpecs.ps", "elastic.maxWorkers above 1 needs"),
-    Bad("spec.elastic", {"maxWorkers": 4}, "spec.trainer.mode", "elastic needs trainer.mode: async"),
+    Bad(
+        "spec",
+        {**elastic_spec(workers=3, minWorkers=2), "trainer": {"preset": "pendulum", "backupWorkers": 2}},
+        "spec.trainer.backupWorkers",
+        "must be less than elastic.minWorkers",
+    ),
     Bad("spec.trainer.backupWorkers", 2, "spec.trainer.backupWorkers", "must be less than replicaSpecs.worker"),
     Bad("spec.trainer.backupWorkers", -1, "spec.trainer.backupWorkers", "greater than or equal to 0"),
     Bad("spec.elastic", {"minWorkers": 0, "maxWorkers": 4}, "spec.elastic.minWorkers", "greater than or equal to 1"),

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agents_operator import tfconfig
 from agents_operator.local.processes import free_port
 from agents_operator.trainer import reporting, rundir
@@ -50,18 +52,20 @@ def wait_for_line(proc: subprocess.Popen, path: Path, text: str, timeout: float)
         time.sleep(0.2)
 
 
-def test_a_worker_joins_a_running_job_and_leaves_it_on_sigterm_and_the_job_finishes(tmp_path):
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_worker_joins_a_running_job_and_leaves_it_on_sigterm_and_the_job_finishes(tmp_path, mode):
     """Three worker slots, the chief's alone taken at the start: worker 2 joins once the job trains (slot 1 stays
     empty), pulls the shared weights and trains; SIGTERM (a scale back down) makes it end its iteration, give
     its slot back and exit 143; the chief waits for nobody, the shared counters reach total_steps, the ps
-    exits by itself."""
+    exits by itself. In sync mode (no backup worker) each step waits for the workers there: the chief's alone,
+    then both, then the chief's alone again (worker 2's wake-up: the step in progress waits for it no more)."""
     ports = [free_port() for _ in range(4)]
     cluster = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{p}" for p in ports[1:]]}
-    logdir, out = tmp_path / "run", tmp_path
-    procs = {name: start(cluster, *name, logdir, out) for name in [("ps", 0), ("worker", 0)]}
+    logdir, out, settings = tmp_path / "run", tmp_path, {**SETTINGS, "mode": mode}
+    procs = {name: start(cluster, *name, logdir, out, settings) for name in [("ps", 0), ("worker", 0)]}
     try:
         wait_for_line(procs["worker", 0], out / "worker-0.log", " steps  return", 240)
-        procs["worker", 2] = start(cluster, "worker", 2, logdir, out)
+        procs["worker", 2] = start(cluster, "worker", 2, logdir, out, settings)
         # a progress line comes after an iteration of its own: pushed into the shared weights and counters
         wait_for_line(procs["worker", 2], out / "worker-2.log", " steps  return", 240)
         procs["worker", 2].send_signal(signal.SIGTERM)

@@ -1,16 +1,23 @@
 """Every way a replica fails on the real node ends in a status that says so, and the restart policy decides.
 
 The exit codes, reasons and messages here are the kubelet's and the scheduler's: a container killed from the
-node with SIGKILL, a trainer that exits with an error, an image the node does not hold, requests no node fits,
-a memory limit the trainer outgrows, a Secret or a ConfigMap that does not exist.
+node with SIGKILL, a sync worker frozen while a backup worker stands in, a trainer that exits with an error, an
+image the node does not hold, requests no node fits, a memory limit the trainer outgrows, a Secret or a
+ConfigMap that does not exist.
 """
 
 from __future__ import annotations
 
+import re
+import time
+
+from tests.distributed.test_backup_workers import env_steps
 from tests.node.node import Namespace, until
 
 SAID_WITHIN = 60
 """Seconds within which the job's status says what the kubelet reported (the issue's bar: a minute)."""
+LOST_SECONDS = 40
+"""How long a sync worker is frozen: four of the chief's progress lines (every 10 s), and many iterations."""
 
 
 def job(name: str, *, steps: int = 16384, restart: str = "ExitCode", backoff: int = 3, **container) -> dict:
@@ -52,6 +59,29 @@ def test_a_replica_killed_with_sigkill_is_restarted_under_exit_code(namespace):
     assert "exit code 137" in event["message"], event
     status = ns.wait_state("killed", "Succeeded", 600)
     assert status["restarts"] == 1
+
+
+def test_a_sync_worker_lost_for_longer_than_an_iteration_does_not_stall_a_job_with_a_backup_worker(namespace):
+    """1 ps + 3 sync workers, `backupWorkers: 1`: worker 2's trainer is frozen from the node (SIGSTOP) for
+    LOST_SECONDS, many iterations; the chief's progress lines keep counting env steps meanwhile; thawed, its
+    late change is dropped and logged, and the job succeeds without a restart."""
+    ns = namespace
+    manifest = job("backup", steps=300_000)
+    manifest["spec"]["trainer"].update(mode="sync", backupWorkers=1)
+    manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3
+    ns.apply(manifest)
+    ns.wait_running("backup", 4)
+    chief = lambda: ns.kubectl("logs", "backup-worker-0", "-c", "agents")  # noqa: E731
+    until(lambda: " steps  return" in ns.kubectl("logs", "backup-worker-2", "-c", "agents"), 300, "worker 2 trains")
+    ns.signal("backup-worker-2", "agents", "SIGSTOP")
+    before = len(env_steps(chief()))
+    time.sleep(LOST_SECONDS)
+    during = env_steps(chief())[max(before - 1, 0) :]
+    ns.signal("backup-worker-2", "agents", "SIGCONT")
+    assert len(during) >= 3 and during[-1] > during[0], during  # the others kept stepping
+    status = ns.wait_state("backup", "Succeeded", 600)
+    assert status["restarts"] == 0, status
+    assert re.search(r"sync: step \d+ applied; dropped the late change of worker 2", chief()), chief()[-3000:]
 
 
 def test_a_replica_that_exits_with_an_error_fails_the_job_with_its_last_line(namespace):

@@ -1,7 +1,8 @@
 """Synchronous updates with backup workers (trainer/syncupdates.py), in one process: three workers' graphs share the
 queues by name as they do on ps 0. Each step is the mean of the first N - b changes for it; a late change is
 dropped and counted; a worker waits for a token of a later step and discards older ones; a chief that takes over
-starts a new step."""
+starts a new step; N follows the membership flags: a worker that joins counts from the next step, one that
+leaves at once."""
 
 import logging
 import time
@@ -20,10 +21,11 @@ pytestmark = pytest.mark.timeout(120)
 class Job:
     """The shared weights and global step, and each worker's ops with its change fed."""
 
-    def __init__(self, backup_workers: int):
+    def __init__(self, backup_workers: int, members: list[int] | None = None):
         self.graph = tf.Graph()
         with self.graph.as_default():
             v1 = tf.compat.v1
+            self.flags = None if members is None else tf.Variable(members, dtype=tf.int32, name="membership")
             self.weights = [
                 v1.get_variable("w0", [2], initializer=v1.zeros_initializer(), use_resource=True),
                 v1.get_variable("w1", [2, 2], initializer=v1.zeros_initializer(), use_resource=True),
@@ -32,7 +34,7 @@ class Job:
             self.changes, self.workers = [], []
             for worker in range(SLOTS):
                 changes = [v1.placeholder(tf.float32, w.shape) for w in self.weights]
-                placement = Placement(worker, SLOTS, SLOTS - backup_workers, device=None)
+                placement = Placement(worker, SLOTS, SLOTS - backup_workers, device=None, members=self.flags)
                 self.changes.append(changes)
                 self.workers.append(SyncUpdates.create(self.weights, changes, self.step, placement))
             init = v1.global_variables_initializer()
@@ -44,6 +46,10 @@ class Job:
         feed = {updates.label: label}
         feed.update({c: np.full(c.shape, value, np.float32) for c in self.changes[worker]})
         self.session.run(updates.push, feed)
+
+    def flag(self, worker: int, value: int) -> None:
+        with self.graph.as_default():
+            self.session.run(self.flags[worker].assign(value))
 
     def global_step(self) -> int:
         return int(self.session.run(self.step))
@@ -65,7 +71,7 @@ class Job:
 
 @pytest.fixture
 def job(request):
-    job = Job(request.param)
+    job = Job(*request.param) if isinstance(request.param, tuple) else Job(request.param)
     chief = job.workers[0]
     chief.initialize(job.session, fresh=True)
     job.aggregator = Aggregator(job.session, chief)
@@ -142,3 +148,37 @@ def test_after_the_last_step_the_chief_releases_a_worker_that_labelled_its_chang
     job.first_step_with_every_token_taken()
     job.session.run(job.workers[0].release)  # the job is over at step 1
     job.workers[2].wait(job.session, 1)  # a change labelled with the last step: no step will pass it
+
+
+@pytest.mark.parametrize("job", [(0, [1, 1, 0])], indirect=True)
+def test_a_step_needs_the_workers_flagged_and_one_that_joins_counts_from_the_next_step(job):
+    job.push(0, 0, 1.0)
+    time.sleep(0.3)
+    assert job.global_step() == 0  # two workers flagged, no backup: step 0 needs both
+    job.flag(2, 1)  # worker 2 joins while step 0 is in progress: not waited for in it
+    job.push(1, 0, 3.0)
+    job.wait_for_step(1)
+    np.testing.assert_allclose(job.session.run(job.weights[0]), [-2.0, -2.0])
+    job.push(0, 1, 1.0)
+    job.push(1, 1, 1.0)
+    time.sleep(0.3)
+    assert job.global_step() == 1  # step 1 needs worker 2 too
+    job.push(2, 1, 4.0)
+    job.wait_for_step(2)
+    np.testing.assert_allclose(job.session.run(job.weights[0]), [-4.0, -4.0])
+
+
+@pytest.mark.parametrize("job", [(0, [1, 1, 1])], indirect=True)
+def test_a_worker_that_leaves_mid_step_is_not_waited_for_and_its_wake_up_is_not_a_dropped_change(job):
+    job.push(0, 0, 1.0)
+    job.push(1, 0, 3.0)
+    time.sleep(0.3)
+    assert job.global_step() == 0  # waits for worker 2
+    job.flag(2, 0)
+    job.session.run(job.workers[2].wake)  # it leaves: the step in progress needs two changes now
+    job.wait_for_step(1)
+    np.testing.assert_allclose(job.session.run(job.weights[0]), [-2.0, -2.0])  # the mean of the two
+    job.push(0, 1, 1.0)
+    job.push(1, 1, 1.0)
+    job.wait_for_step(2)
+    assert job.aggregator.dropped == 0
