@@ -19,12 +19,13 @@ FROZEN_SECONDS = 25
 
 
 def env_steps(log: str) -> list[int]:
-    """The shared env-step counts of a worker's progress lines ('12.3k/120k steps  return ...')."""
-    return [_count(m) for m in re.findall(r"([\d.]+k?)/[\d.]+k? steps  return", log)]
+    """The shared env-step counts of a worker's progress lines ('12.3k/1.0M steps  return ...')."""
+    return [_count(m) for m in re.findall(r"([\d.]+[kM]?)/[\d.]+[kM]? steps  return", log)]
 
 
 def _count(text: str) -> int:
-    return int(float(text[:-1]) * 1000) if text.endswith("k") else int(text)
+    sizes = {"k": 1e3, "M": 1e6}
+    return int(float(text[:-1]) * sizes[text[-1]]) if text[-1] in sizes else int(text)
 
 
 def test_a_frozen_sync_worker_does_not_stall_the_others_and_its_late_change_is_dropped(tmp_path):
