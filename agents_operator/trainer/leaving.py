@@ -14,6 +14,11 @@ from agents_operator.trainer import checkpoints, distributed
 from agents_operator.trainer.learner import Learner, LearnerState
 from agents_operator.trainer.progress import Progress
 
+EXIT_GRACE_SECONDS = 30.0
+"""How long the chief, once no other worker holds a slot, waits for those that gave theirs back to exit. The job
+succeeds when the chief does, and `cleanPodPolicy: Running` then deletes the pods still running: a worker that
+left a moment before the chief must have exited (its pod Succeeded, its logs kept) by then."""
+
 
 class StopRequest:
     """Whether this worker was asked to leave (SIGTERM: the job was scaled down past it, or its pod is stopping).
@@ -44,17 +49,24 @@ def leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, 
     """End this worker's part in the job; the chief leaves last and saves the final state.
 
     The chief keeps its session (and, in sync mode, the thread that applies the updates) until every other
-    worker has left, having released any that waits for a step that will not come; then it checkpoints what
-    they all learned.
+    worker has left, having released any that waits for a step that will not come, and those that left have
+    exited (`EXIT_GRACE_SECONDS`); then it checkpoints what they all learned.
     """
     if cluster.is_chief:
         learner.release_waiting()
         distributed.wait_until_gone(lambda: other_members(cluster, learner), progress.note)
+        distributed.wait_until_gone(lambda: other_workers(cluster), progress.note, EXIT_GRACE_SECONDS)
     state = learner.state()
     if cluster.is_chief:
         progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
     learner.finish()
     return state
+
+
+def other_workers(cluster: distributed.Cluster) -> list[str]:
+    """Every other worker slot's address: once none is flagged, those that still listen are exiting."""
+    own = cluster.tf_config.task_index
+    return [address for i, address in enumerate(cluster.tf_config.cluster[naming.WORKER]) if i != own]
 
 
 def other_members(cluster: distributed.Cluster, learner: Learner) -> list[str]:

@@ -4,6 +4,10 @@ iteration; the chief waits for the workers that are in the job, and for every sl
 
 import os
 import signal
+import socket
+import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -55,3 +59,32 @@ def test_the_chief_waits_for_the_workers_in_the_job_and_for_every_slot_while_ps_
     assert leaving.other_members(cluster(0), learner([0])) == []
     lost = tf.errors.UnavailableError(None, None, "ps 0 is gone")
     assert leaving.other_members(cluster(0), learner(lost)) == ["localhost:3", "localhost:4"]
+
+
+def test_the_chief_leaves_only_once_a_worker_that_gave_its_slot_back_has_exited(monkeypatch):
+    """Worker 1 has left (no flag) but its process still listens for 0.5 s: the chief, whose exit makes the job
+    Succeeded, waits for it to close first."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    job = distributed.Cluster(
+        tfconfig.TFConfig({"ps": ["localhost:1"], "worker": ["localhost:2", address]}, "worker", 0)
+    )
+    calls = []
+    chief = SimpleNamespace(
+        membership=Flags([0]),
+        session=None,
+        release_waiting=lambda: calls.append("release"),
+        state=lambda: SimpleNamespace(iterations=3),
+        finish=lambda: calls.append("finish"),
+    )
+    monkeypatch.setattr(leaving.checkpoints, "save", lambda *_: calls.append("save") or "ckpt-3")
+    closer = threading.Timer(0.5, listener.close)
+    begin = time.monotonic()
+    closer.start()
+    try:
+        leaving.leave_cluster(job, chief, Path("unused"), SimpleNamespace(note=calls.append))
+    finally:
+        closer.cancel()
+        listener.close()
+    assert time.monotonic() - begin >= 0.5
+    assert calls == ["release", "waiting for 1 other worker(s) to finish", "save", "checkpoint ckpt-3", "finish"]
