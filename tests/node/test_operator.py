@@ -8,6 +8,11 @@ import urllib.request
 from tests.node.node import until
 from tests.node.test_failures import job
 
+HANDOVER_STEPS = 3_000_000
+"""The handover job's budget. 600k steps took the node's two sync Pendulum workers 31 s, and the job had
+succeeded before the standby operator pod took over (kopf's peering lets a deleted pod's claim lapse within its
+60 s lifetime): no Event came from it."""
+
 
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -32,7 +37,7 @@ def test_the_operator_pods_answer_their_probes_and_metrics(operator):
 
 def test_deleting_the_serving_operator_pod_hands_over_and_the_job_succeeds(namespace, operator):
     ns = namespace
-    ns.apply(job("handover", steps=600_000))
+    ns.apply(job("handover", steps=HANDOVER_STEPS))
     ns.wait_running("handover", 3)
     (serving,) = until(lambda: _reporters(ns, "handover"), 60, "the job's Events")
     assert serving in {p["metadata"]["name"] for p in operator.pods()}, serving
