@@ -55,6 +55,19 @@ class TrainerConfig(BaseModel):
     rollout_steps: int = Field(
         256, ge=1, le=100_000, description="Steps per environment between two updates (the horizon T)."
     )
+    overlap: bool = Field(
+        False,
+        description="Collect the next rollout while the update runs (double-buffered sampling): the environments "
+        "act with the policy one update behind; PPO's clip is taken around the policy the update starts from, "
+        "each sample weighted by its probability under that policy over the behaviour's (decoupled PPO). Off: "
+        "the serial loop (sample, then update).",
+    )
+    overlap_values: Literal["recomputed", "behaviour"] = Field(
+        "recomputed",
+        description="With overlap, the values GAE uses: recomputed by the value net the update starts from "
+        "(truncated episodes' final values stay the behaviour's), or the behaviour policy's, as computed while "
+        "acting.",
+    )
 
     # --- optimisation -----------------------------------------------------------------------------------
     epochs: int = Field(10, ge=1, le=1000, description="Passes over each rollout batch (K in the paper).")

@@ -14,6 +14,10 @@ The actors are the worker's environments (N = `envs_per_worker`, T = `rollout_st
 M = NT / `minibatches`); in a cluster every worker runs this loop on the shared weights. `iterate` makes one
 call per line of it and delegates the work: each piece holds its own part of the paper and is tested on its
 own (tests/trainer/). The loop around it (`loop`) adds evaluations, checkpoints and the outputs.
+
+With config `overlap`, `iterate_overlapped` takes the loop's first line one iteration ahead: the next
+rollout runs while this update does, so the rollout an update uses was run by the policy one update older
+(`sampling.overlapped`); the rest of the iteration is the same code.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.learner import Learner, LearnerState
-from agents_operator.trainer.sampling.batch import to_batch
+from agents_operator.trainer.sampling.batch import Batch, to_batch
+from agents_operator.trainer.sampling.overlapped import OverlappedSampler, overlapped_batch
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
+from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 
 @dataclass
@@ -63,6 +69,40 @@ def iterate(
     # time limit and after step T; value targets A_t + V(s_t); rewards scaled, observations normalised
     # (`sampling.batch.to_batch`, `ppo.returns`).
     batch, episode_returns, episode_lengths = to_batch(rollout, sampler.env, state.policy, config, first_acting)
+    return _learn(batch, sampler.env, learner, rng, begin, (episode_returns, episode_lengths))
+
+
+def iterate_overlapped(
+    state: LearnerState,
+    sampler: OverlappedSampler,
+    learner: Learner,
+    config: TrainerConfig,
+    rng: np.random.Generator,
+) -> Iteration:
+    """`iterate` with the sampling overlapped (`sampling.overlapped`): the rollout it updates on was run by the
+    policy one update behind `state.policy`, during the previous update, and the next one runs during this
+    update, acted by `state.policy`."""
+    begin = time.monotonic()
+    # "Run policy pi_theta_old in environment for T timesteps", one iteration ahead: this rollout was run by
+    # the policy before theta_old while theta_old was being computed; the next one starts now, with theta_old.
+    # No rollout starts that the run would not use: the one after the update that spends its budget.
+    last = state.env_steps + config.batch_size >= config.total_steps
+    rollout, behaviour = sampler.take(state.policy, start_next=not last)
+    # "Compute advantage estimates", as `iterate` does, on the observations as the behaviour policy saw them
+    # and with its log-probabilities, so that the ratio of eq. 6 is pi_theta / pi_behaviour.
+    batch, episode_returns, episode_lengths = overlapped_batch(rollout, behaviour, sampler.env, state.policy, config)
+    return _learn(batch, sampler.env, learner, rng, begin, (episode_returns, episode_lengths))
+
+
+def _learn(
+    batch: Batch,
+    env: TrainingEnv,
+    learner: Learner,
+    rng: np.random.Generator,
+    begin: float,
+    episodes: tuple[list[float], list[int]],
+) -> Iteration:
+    """The iteration's second half: the update on `batch` and the iteration's end (sampling began at `begin`)."""
     sampled = time.monotonic()
     # "Optimize surrogate L wrt theta, with K epochs and minibatch size M <= NT": eq. 9, L^CLIP+VF+S =
     # L^CLIP (eq. 7, or section 4's KL-penalised L^KLPEN, eq. 8) - c1 L^VF + c2 S, by Adam with the learning rate
@@ -71,15 +111,14 @@ def iterate(
     # "theta_old <- theta", and section 4's adaptation of the KL penalty's beta to d = KL[pi_old, pi]
     # ("if d < d_targ / 1.5, beta <- beta / 2; if d > d_targ x 1.5, beta <- beta x 2", as BatchPPO adapts it:
     # `ppo.losses.adapted_kl_beta`); the steps and normaliser sums counted (`Learner.finish_iteration`).
-    env = sampler.env
     observations, returns = env.observations.take_pending(), env.rewards.statistics.take_pending()
     state, finished = learner.finish_iteration(batch, len(batch), observations, returns)
     updated = time.monotonic()
     return Iteration(
         state=state,
         steps=len(batch),
-        episode_returns=episode_returns,
-        episode_lengths=episode_lengths,
+        episode_returns=episodes[0],
+        episode_lengths=episodes[1],
         metrics={**metrics, **finished},
         sampling_seconds=sampled - begin,
         update_seconds=updated - sampled,

@@ -93,10 +93,10 @@ def build_graph(
     return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync)
 
 
-def placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
-    """What a batch feeds, by the name of its `Batch` field."""
+def placeholders(obs_dim: int, act_dim: int, overlap: bool = False) -> dict[str, tf.Tensor]:
+    """What a batch feeds, by the name of its `Batch` field (overlapped: `proximal_log_probs` too)."""
     v1 = tf.compat.v1
-    return {
+    feeds = {
         "observations": v1.placeholder(tf.float32, [None, obs_dim], "observations"),
         "actions": v1.placeholder(tf.float32, [None, act_dim], "actions"),
         "log_probs": v1.placeholder(tf.float32, [None], "old_log_probs"),
@@ -106,6 +106,9 @@ def placeholders(obs_dim: int, act_dim: int) -> dict[str, tf.Tensor]:
         "advantages": v1.placeholder(tf.float32, [None], "advantages"),
         "returns": v1.placeholder(tf.float32, [None], "returns"),
     }
+    if overlap:
+        feeds["proximal_log_probs"] = v1.placeholder(tf.float32, [None], "proximal_log_probs")
+    return feeds
 
 
 @dataclass
@@ -183,7 +186,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     """`build_graph` with its device scopes made. The variables are created first, in a fixed order, so that
     their initial values depend only on the seed."""
     v1 = tf.compat.v1
-    feeds = placeholders(obs_dim, act_dim)
+    feeds = placeholders(obs_dim, act_dim, config.overlap)
     update_seed = v1.placeholder(tf.int64, [2], "update_seed")
     with shared_scope():
         shared = replicas.Shared.create(config, obs_dim, act_dim)

@@ -5,6 +5,8 @@ After each iteration: summaries, metrics, progress, and every
 `eval_every` / `checkpoint_every` iterations an evaluation / a checkpoint. Training stops once the
 shared env-step counter reaches `total_steps`; a final checkpoint closes the run, then the chief evaluates the
 final policy and renders its video in one pass (`final`), and exports it (`export`) with that evaluation.
+With config `overlap` the next rollout runs while the update does (`iteration.iterate_overlapped`,
+`sampling.overlapped`); evaluations wait for it first, and a lost ps or the run's end drops it.
 
 The environments are the worker's own subprocesses (`BatchEnv`) or, with `env_servers`, those of env
 servers (`RemoteBatchEnv`, sampled per step or per rollout). The chief's evaluations play on them too: spread
@@ -31,12 +33,13 @@ from agents_operator.trainer.envs.rollout import simulation_share
 from agents_operator.trainer.envserver import client
 from agents_operator.trainer.envserver.client import RemoteBatchEnv
 from agents_operator.trainer.export import Episodes
-from agents_operator.trainer.iteration import iterate
+from agents_operator.trainer.iteration import iterate, iterate_overlapped
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
 from agents_operator.trainer.metrics import Metrics
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.progress import Progress
 from agents_operator.trainer.sampling import samplers
+from agents_operator.trainer.sampling.overlapped import OverlappedSampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from agents_operator.trainer.summaries import SummaryWriter
 
@@ -128,7 +131,7 @@ class _Run:
     episodes: BatchEnv | RemoteBatchEnv
     """Where the chief's evaluations play: the batch's worker processes, or its first env server."""
     outputs: _Outputs
-    sampler: samplers.Sampler | samplers.RolloutSampler | None = None
+    sampler: samplers.Sampler | samplers.RolloutSampler | OverlappedSampler | None = None
     rng: np.random.Generator | None = None
 
     @classmethod
@@ -180,6 +183,8 @@ class _Run:
         worker = self.cluster.tf_config.task_index if self.cluster else 0
         self.rng = np.random.default_rng([self.config.seed, worker, state.iterations])
         self.sampler = samplers.for_placement(self.env, self.config, self.rng, self.env_servers)
+        if self.config.overlap:
+            self.sampler = OverlappedSampler(self.sampler, self.config)
         return state
 
     def _reconnect(self, error: Exception) -> LearnerState:
@@ -187,6 +192,7 @@ class _Run:
         if self.cluster is None:
             raise error
         self.outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
+        self._discard_rollouts()
         self.learner.reconnect(self.restore)
         state = self.learner.state()
         _share_statistics(self.env, state)
@@ -197,8 +203,9 @@ class _Run:
         state."""
         config, result = self.config, self.outputs.result
         begin = time.monotonic()
+        step = iterate_overlapped if isinstance(self.sampler, OverlappedSampler) else iterate
         try:
-            done = iterate(state, self.sampler, self.learner, config, self.rng)
+            done = step(state, self.sampler, self.learner, config, self.rng)
         except distributed.LOST_CONNECTION as error:
             return self._reconnect(error)
         state = done.state
@@ -209,6 +216,8 @@ class _Run:
         result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, done.sampling_seconds))
         finished = _finished(state, config)
         if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not finished:
+            if isinstance(self.sampler, OverlappedSampler):
+                self.sampler.settle()  # the evaluation plays on the environments' processes or servers
             self.outputs.evaluate(state, self.env.observations)
         if self.chief and (state.iterations % config.checkpoint_every == 0 or finished):
             try:  # the checkpoint reads every variable from the ps: it may be lost meanwhile too
@@ -232,6 +241,7 @@ class _Run:
         """Leave the cluster; the chief evaluates the final policy and renders its video, and writes the summary
         and the export."""
         config, progress = self.config, self.outputs.progress
+        self._discard_rollouts()
         if self.cluster is not None:
             state = leaving.leave_cluster(self.cluster, self.learner, self.logdir, progress)
         if not self.chief:
@@ -242,6 +252,11 @@ class _Run:
         if config.export:
             _export(config, self.logdir, state, self.episodes, progress, evaluated)
         return state
+
+    def _discard_rollouts(self) -> None:
+        """Drop an overlapped sampler's rollout in flight (`OverlappedSampler.discard`)."""
+        if isinstance(self.sampler, OverlappedSampler):
+            self.sampler.discard()
 
     def final_pass(self, state: LearnerState) -> exported.Evaluation | None:
         """The final policy's evaluation (recorded as every evaluation, when there are any) and its video

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from agents_operator import contract, local
 from agents_operator.api import parse_job
@@ -91,8 +92,12 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
     assert launcher.tracker.last[contract.METRIC_ENV_STEPS] >= 199_000
 
 
-def test_two_synchronous_workers_learn_pendulum(tmp_path):
-    job = make_job("learn", "sync", {"totalSteps": 100_000, "evalEvery": 4, "checkpointEvery": 8})
+@pytest.mark.parametrize(
+    ("mode", "overlap"), [("sync", False), ("async", True)], ids=["synchronous", "asynchronous-overlapped"]
+)
+def test_two_workers_learn_pendulum(tmp_path, mode, overlap):
+    """Sync workers; async workers whose sampling overlaps their updates (pull and push as ever)."""
+    job = make_job("learn", mode, {"totalSteps": 100_000, "evalEvery": 4, "checkpointEvery": 8, "overlap": overlap})
     launcher = local.Launcher(job, tmp_path)
     outcome = launcher.run()
     assert outcome.succeeded, outcome

@@ -5,6 +5,8 @@ the chief evaluates and renders its video there."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from agents_operator import presets
+from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer import loop
 from agents_operator.trainer.envs.make import make_env
@@ -58,10 +61,11 @@ def colocated(tmp_path_factory: pytest.TempPathFactory) -> loop.RunResult:
     return train(tmp_path_factory.mktemp("colocated"))
 
 
-def assert_learned(result: loop.RunResult) -> None:
+def assert_learned(result: loop.RunResult, gain: float = 500) -> None:
+    """From random (below -1000) to swinging up: the training return up by `gain`, the evaluation above -500."""
     returns = [value for _, value in result.train_returns]
     first, last = np.mean(returns[:3]), np.mean(returns[-3:])
-    assert first < -1000 and last > first + 500, returns
+    assert first < -1000 and last > first + gain, returns
     assert [steps for steps, _ in result.evaluations] == [20_480, 40_960]
     assert result.evaluations[-1][1] > -500, result.evaluations
     assert len(result.update_seconds) == len(result.collect_seconds) == result.iterations
@@ -109,6 +113,77 @@ def test_the_chief_evaluates_and_renders_its_video_on_the_server(remote_run: tup
     assert all(-1000 < value < 0 for _, value in evaluations)
     assert read_scalars(logdir, "eval/mean_length") == [(256, 50.0), (512, 50.0)]
     assert (logdir / "videos" / "final.gif").read_bytes()[:6] == b"GIF89a"
+
+
+# --- overlapped sampling (config overlap) -------------------------------------------------------------------
+
+OVERLAPPED = LEARNING.model_copy(update={"overlap": True})
+
+
+@pytest.fixture(scope="module")
+def overlapped(tmp_path_factory: pytest.TempPathFactory) -> loop.RunResult:
+    directory = tmp_path_factory.mktemp("overlapped")
+    with open(directory / "progress.txt", "w") as stream:
+        return loop.train(OVERLAPPED, directory / "run", stream)
+
+
+def test_an_overlapped_run_learns_and_its_evaluations_wait_for_the_rollout_in_flight(
+    overlapped: loop.RunResult, colocated: loop.RunResult
+) -> None:
+    assert_learned(overlapped, gain=400)  # its rollouts are acted by the policy one update behind the evaluated one
+    assert overlapped.train_returns[0] == colocated.train_returns[0]  # the first rollout: nothing to overlap
+    assert overlapped.train_returns != colocated.train_returns
+    assert overlapped.env_steps == colocated.env_steps == LEARNING.total_steps
+    assert set(overlapped.simulation_shares) == {None}  # the learner's wait is not a rollout's wall time
+
+
+@pytest.mark.parametrize("mode", ["step", "rollout"])
+def test_overlapped_on_env_servers_trains_exactly_as_overlapped_colocated(
+    tmp_path: Path, overlapped: loop.RunResult, mode: str
+) -> None:
+    """Overlapped, every placement normalises a rollout's observations, its first ones included, with the
+    statistics of its start: servers seeded and grouped as the colocated batch give the same run in both modes."""
+    with two_servers() as addresses, open(tmp_path / "progress.txt", "w") as stream:
+        result = loop.train(OVERLAPPED, tmp_path / "run", stream, env_servers=EnvServers(addresses, mode))
+    assert result.train_returns == overlapped.train_returns
+    assert result.evaluations == overlapped.evaluations
+
+
+# --- the serial loop, bit for bit ------------------------------------------------------------------------------
+
+SERIAL = TrainerConfig(
+    env_id="Pendulum-v1",
+    envs_per_worker=4,
+    envs_per_process=2,
+    rollout_steps=32,
+    minibatches=2,
+    epochs=2,
+    max_episode_steps=50,
+    policy_layers=[16],
+    value_layers=[16],
+    total_steps=512,
+    eval_every=2,
+    eval_episodes=2,
+    video_episodes=0,
+    metrics_port=0,
+    normalize_observations=True,
+    seed=7,
+    export=False,
+)
+
+
+def test_without_overlap_the_loop_trains_bit_for_bit_as_before_overlap_existed(tmp_path: Path) -> None:
+    """The numbers of a short serial run, recorded with the loop as it was before `overlap` was added
+    (commit a5bcc5b): the returns and evaluations, and a digest of four scalars at every update."""
+    result = loop.train(SERIAL, tmp_path / "run", io.StringIO())
+    assert result.train_returns == [(256, -330.020443875453), (512, -292.3363198221497)]
+    assert result.evaluations == [(256, -314.2373571698512), (512, -314.0745752437111)]
+    tags = ("loss/policy", "loss/value", "policy/kl", "policy/std")
+    scalars = repr([read_scalars(tmp_path / "run", tag) for tag in tags])
+    assert hashlib.sha256(scalars.encode()).hexdigest() == SERIAL_SCALARS, scalars
+
+
+SERIAL_SCALARS = "6c9a84da3e9e44284fdb7d887d0aead6da9b0691fbce50c015e9013dceff1664"
 
 
 # --- a short real run learns: far better than a random policy on a fast PyBullet task ------------------------

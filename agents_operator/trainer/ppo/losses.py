@@ -41,6 +41,20 @@ def clipped_surrogate(ratio: tf.Tensor, advantages: tf.Tensor, clip_range: float
     return pg_loss, clipfrac
 
 
+def behaviour_weights(batch: dict[str, tf.Tensor]) -> tf.Tensor | None:
+    """pi_prox / pi_behaviour per sample where the batch was acted by a policy older than the one the update
+    starts from (overlapped sampling, `proximal_log_probs` fed), else None.
+
+    Decoupled PPO (Hilton et al. 2021, "Batch size-invariance for policy optimization", eq. 2): the clip is
+    taken around the proximal policy, ratio pi / pi_prox, and each sample is weighted by pi_prox / pi_behaviour,
+    so that min(ratio A, clip(ratio) A) times the weight is L^CLIP's importance-sampled estimate under the
+    behaviour policy, and clipping still bounds how far the update moves from where it starts.
+    """
+    if "proximal_log_probs" not in batch:
+        return None
+    return tf.exp(batch["proximal_log_probs"] - batch["log_probs"])
+
+
 def kl_penalty(
     ratio: tf.Tensor,
     advantages: tf.Tensor,

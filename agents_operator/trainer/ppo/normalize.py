@@ -93,6 +93,13 @@ class Normalizer:
         self.shared = self._shared + pending
         return pending
 
+    def snapshot(self) -> Normalizer:
+        """A normaliser with these shared statistics that observes nothing of its own: what a rollout collected
+        while this one moves on acts with (`sampling.overlapped`)."""
+        copy = Normalizer(self.shape, self.clip, self.enabled)
+        copy.shared = self._shared
+        return copy
+
     def normalize(self, x: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return np.asarray(x, dtype=np.float32)

@@ -43,17 +43,21 @@ def ppo_objective(
     """The objective of `batch` (the fields of `sampling.batch.Batch` by name: what the acting policy did
     and the advantages and returns it earned) for the policy N(`mean`, exp(`log_std`)^2) and the values
     `value` being trained; `kl_beta` weighs the KL penalty when `config.objective` is "kl_penalty"."""
-    log_ratio = losses.gaussian_log_prob(batch["actions"], mean, log_std) - batch["log_probs"]
+    log_prob = losses.gaussian_log_prob(batch["actions"], mean, log_std)
+    log_ratio = log_prob - batch.get("proximal_log_probs", batch["log_probs"])
     ratio = tf.exp(log_ratio)
     kl = losses.gaussian_kl(batch["means"], batch["log_std"], mean, log_std)
     advantages = batch["advantages"]
     if config.normalize_advantages:
         adv_mean, adv_var = tf.nn.moments(advantages, axes=[0])
         advantages = (advantages - adv_mean) / (tf.sqrt(adv_var) + ADVANTAGE_EPSILON)
-    pg_loss, clipfrac = losses.clipped_surrogate(ratio, advantages, config.clip_range)
+    weights = losses.behaviour_weights(batch)
+    weighted = advantages if weights is None else weights * advantages
+    pg_loss, clipfrac = losses.clipped_surrogate(ratio, weighted, config.clip_range)
     if config.objective == "kl_penalty":
+        behaviour_ratio = ratio if weights is None else ratio * weights
         pg_loss = losses.kl_penalty(
-            ratio, advantages, kl, kl_beta, config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef
+            behaviour_ratio, advantages, kl, kl_beta, config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef
         )
     v_loss = losses.value_loss(value, batch["values"], batch["returns"], config.value_clip)
     entropy = losses.gaussian_entropy(log_std)

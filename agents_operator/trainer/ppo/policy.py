@@ -67,6 +67,11 @@ class NumpyPolicy:
         rounded once from float64 (see the module docstring)."""
         return mlp_rounded_once(obs, self._policy64, self.activation)
 
+    def log_prob(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """log pi(actions | obs) under this policy, float32 (the forward pass of `act`)."""
+        mean = mlp_np(obs, self.policy, self.activation)
+        return gaussian_log_prob_np((actions - mean) * np.exp(-self.log_std), self.log_std)
+
     def value_of(self, obs: np.ndarray) -> np.ndarray:
         return mlp_np(obs, self.value, self.activation)[..., 0]
 

@@ -12,6 +12,7 @@ import numpy as np
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.ppo import returns
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
@@ -39,8 +40,10 @@ def to_batch(
     policy: NumpyPolicy,
     config: TrainerConfig,
     first_acting: np.ndarray | None = None,
+    normalizer: Normalizer | None = None,
 ) -> tuple[Batch, list[float], list[int]]:
-    """The PPO batch, episode returns and lengths of a rollout; `first_acting` as given to `run`.
+    """The PPO batch, episode returns and lengths of a rollout acted by `policy`; `first_acting` as given to
+    `run`, `normalizer` the statistics the rollout acted with when not `env`'s (`overlapped`).
 
     Feeds `env`'s observation normaliser and reward scaler with the rollout, step by step in time order,
     scales the rewards, and computes GAE with bootstrapping from `final_values` at truncations and from
@@ -55,7 +58,7 @@ def to_batch(
     for t in range(steps):
         env.observations.observe(rollout.observations[t + 1])
         env.rewards.track(rollout.rewards[t], done[t])
-    acting = env.observations.normalize(rollout.observations[:steps])
+    acting = (normalizer or env.observations).normalize(rollout.observations[:steps])
     if first_acting is not None:
         acting[0] = first_acting
     next_values = returns.next_values(rollout.values, rollout.last_values, rollout.final_values, done)

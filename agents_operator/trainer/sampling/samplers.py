@@ -15,6 +15,7 @@ import numpy as np
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer.envs.rollout import Rollout, run
+from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch, to_batch
 from agents_operator.trainer.sampling.training_env import TrainingEnv
@@ -22,6 +23,9 @@ from agents_operator.trainer.sampling.training_env import TrainingEnv
 
 class _Sampling(abc.ABC):
     """What every sampler does alike: draw a rollout's noise, and `collect` (a rollout, then its batch)."""
+
+    simulation_seconds: np.ndarray
+    """The last rollout's (`Rollout.simulation_seconds`)."""
 
     env: TrainingEnv
     config: TrainerConfig
@@ -32,12 +36,19 @@ class _Sampling(abc.ABC):
         """A rollout of `rollout_steps` x `num_envs` transitions, and what its first step acted on when not its
         first observations normalised now (`to_batch`'s `first_acting`)."""
 
+    @abc.abstractmethod
+    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray) -> Rollout:
+        """A rollout acted by `policy` from `noise` on every observation normalised with `normalizer`'s
+        statistics, its first ones included. It reads nothing else the learner's side changes, so that it can
+        run in a thread of its own while the learner updates (`overlapped`)."""
+
     def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
         """`rollout`, then `to_batch`: the PPO batch and the episodes that ended in the rollout."""
         rollout, first_acting = self.rollout(policy)
         return to_batch(rollout, self.env, policy, self.config, first_acting)
 
-    def _noise(self, policy: NumpyPolicy) -> np.ndarray:
+    def noise(self, policy: NumpyPolicy) -> np.ndarray:
+        """A rollout's standard normal noise, (rollout_steps, num_envs, act_dim), from the sampler's generator."""
         shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
         return self.rng.standard_normal(shape, dtype=np.float32)
 
@@ -55,11 +66,11 @@ class Sampler(_Sampling):
         self.rng = rng
         self.raw_observations = env.reset()
         self.observations = env.observations.normalize(self.raw_observations)
-        self.simulation_seconds = np.zeros(0)  # the last rollout's (`Rollout.simulation_seconds`)
+        self.simulation_seconds = np.zeros(0)
 
     def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, np.ndarray]:
         acting = self.observations
-        rollout = self._rollout(policy, self._noise(policy))
+        rollout = self._rollout(policy, self.noise(policy))
         self.simulation_seconds = rollout.simulation_seconds
         # The statistics change only when the iteration ends (`Normalizer.take_pending`): normalised now, the
         # next rollout's first observations are as `to_batch` would see them.
@@ -67,8 +78,19 @@ class Sampler(_Sampling):
         self.observations = self.env.observations.normalize(self.raw_observations)
         return rollout, acting
 
+    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray) -> Rollout:
+        rollout = self._rollout_with(policy, normalizer, noise, None)
+        self.simulation_seconds = rollout.simulation_seconds
+        self.raw_observations = rollout.observations[-1]
+        return rollout
+
     def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
-        return self.env.env.collect(policy, self.env.observations, noise, self.observations)
+        return self._rollout_with(policy, self.env.observations, noise, self.observations)
+
+    def _rollout_with(
+        self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None
+    ) -> Rollout:
+        return self.env.env.collect(policy, normalizer, noise, first_acting)
 
 
 class StepSampler(Sampler):
@@ -76,8 +98,10 @@ class StepSampler(Sampler):
     (`envs.rollout.run`, the servers pipelined). Same batches as `Sampler` over a `BatchEnv` grouped as the
     servers are."""
 
-    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
-        return run(self.env.env, self.raw_observations, policy, self.env.observations, noise, self.observations)
+    def _rollout_with(
+        self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None
+    ) -> Rollout:
+        return run(self.env.env, self.raw_observations, policy, normalizer, noise, first_acting)
 
 
 class RolloutSampler(_Sampling):
@@ -90,12 +114,15 @@ class RolloutSampler(_Sampling):
         self.config = config
         self.rng = rng
         env.reset()
-        self.simulation_seconds = np.zeros(0)  # the last rollout's (`Rollout.simulation_seconds`)
+        self.simulation_seconds = np.zeros(0)
 
     def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, None]:
-        rollout = self.env.env.collect(policy, self.env.observations, self._noise(policy))
+        return self.rollout_with(policy, self.env.observations, self.noise(policy)), None
+
+    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray) -> Rollout:
+        rollout = self.env.env.collect(policy, normalizer, noise)
         self.simulation_seconds = rollout.simulation_seconds
-        return rollout, None
+        return rollout
 
 
 def for_placement(

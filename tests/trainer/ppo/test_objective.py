@@ -18,9 +18,12 @@ VALUES = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
 RETURNS = np.array([1.0, 1.0, 0.0, 3.0], np.float32)
 
 
-def _evaluate(config: TrainerConfig, mean: np.ndarray, log_std: np.ndarray, beta: float = 1.0) -> dict:
+def _evaluate(
+    config: TrainerConfig, mean: np.ndarray, log_std: np.ndarray, beta: float = 1.0, proximal: np.ndarray | None = None
+) -> dict:
     """The objective's loss, per-sample KL and metrics for a policy N(mean, exp(log_std)^2) trained on a batch
-    that the policy N(MEANS, exp(LOG_STD)^2) acted in."""
+    that the policy N(MEANS, exp(LOG_STD)^2) acted in; with `proximal` means, the update started from
+    N(proximal, exp(LOG_STD)^2) (overlapped sampling's `proximal_log_probs`)."""
     batch = {
         "actions": ACTIONS,
         "log_probs": gaussian_log_prob_np((ACTIONS - MEANS) * np.exp(-LOG_STD), LOG_STD),
@@ -30,6 +33,8 @@ def _evaluate(config: TrainerConfig, mean: np.ndarray, log_std: np.ndarray, beta
         "advantages": ADVANTAGES,
         "returns": RETURNS,
     }
+    if proximal is not None:
+        batch["proximal_log_probs"] = gaussian_log_prob_np((ACTIONS - proximal) * np.exp(-LOG_STD), LOG_STD)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         objective = ppo_objective(
             config,
@@ -75,3 +80,33 @@ def test_kl_penalty_weighs_the_kl_with_beta():
     moved = MEANS + 0.1
     low, high = (_evaluate(config, moved, LOG_STD, beta) for beta in (1.0, 3.0))
     assert high["policy_loss"] - low["policy_loss"] == pytest.approx(2.0 * np.mean(low["kl"]), rel=1e-4)
+
+
+@pytest.mark.parametrize("objective", ["clip", "kl_penalty"])
+def test_a_proximal_policy_equal_to_the_behaviour_changes_nothing(objective):
+    config = TrainerConfig(env_id="Pendulum-v1", objective=objective, normalize_advantages=False)
+    moved = MEANS + np.array([[0.3], [-0.2], [0.1], [0.4]], np.float32)
+    plain, decoupled = _evaluate(config, moved, LOG_STD), _evaluate(config, moved, LOG_STD, proximal=MEANS)
+    for name, value in plain.items():
+        assert decoupled[name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+
+
+def test_with_a_proximal_policy_the_clip_is_around_it_and_the_samples_are_weighed_by_it_over_the_behaviour():
+    """Decoupled PPO: -mean(w * min(r A, clip(r) A)), r = pi / pi_prox, w = pi_prox / pi_behaviour."""
+    config = TrainerConfig(env_id="Pendulum-v1", normalize_advantages=False, clip_range=0.2)
+    proximal = MEANS + np.array([[0.2], [0.1], [-0.3], [0.0]], np.float32)
+    moved = proximal + np.array([[0.05], [-0.4], [0.02], [0.3]], np.float32)
+    out = _evaluate(config, moved, LOG_STD, proximal=proximal)
+
+    def log_prob(means: np.ndarray) -> np.ndarray:
+        return gaussian_log_prob_np((ACTIONS - means) * np.exp(-LOG_STD), LOG_STD).astype(np.float64)
+
+    ratio = np.exp(log_prob(moved) - log_prob(proximal))
+    weights = np.exp(log_prob(proximal) - log_prob(MEANS))
+    surrogate = np.minimum(ratio * ADVANTAGES, np.clip(ratio, 0.8, 1.2) * ADVANTAGES)
+    assert out["policy_loss"] == pytest.approx(-np.mean(weights * surrogate), rel=1e-5)
+    assert out["clipfrac"] == np.mean(np.abs(ratio - 1) > 0.2)
+    assert 0 < out["clipfrac"] < 1 and not np.allclose(weights, 1.0)
+    # The KL is still the behaviour's (it adapts the penalty and is logged as policy/kl).
+    behaviour = _evaluate(config, moved, LOG_STD)
+    np.testing.assert_allclose(out["kl"], behaviour["kl"], rtol=1e-6)

@@ -77,3 +77,12 @@ def test_weights_read_back_in_order_are_the_same_policy():
     np.testing.assert_array_equal(again.log_std, policy.log_std)
     obs = np.ones((3, OBS), np.float32)
     np.testing.assert_array_equal(again.mean(obs), policy.mean(obs))
+
+
+def test_log_prob_is_what_act_gave_for_the_actions_it_sampled():
+    policy = random_policy(seed=4)
+    observations = np.random.default_rng(1).normal(size=(50, OBS)).astype(np.float32)
+    noise = np.random.default_rng(2).standard_normal((50, ACT), dtype=np.float32)
+    actions, log_probs, _ = policy.act(observations, noise)
+    np.testing.assert_allclose(policy.log_prob(observations, actions), log_probs, rtol=1e-5, atol=1e-5)
+    assert policy.log_prob(observations, actions).dtype == np.float32
