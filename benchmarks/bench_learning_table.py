@@ -395,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _variant(items: list[str], tasks: list[str]) -> dict[str, Any]:
+def parse_variant(items: list[str], tasks: list[str]) -> dict[str, Any]:
     """`--set` as settings, each checked against every task's preset (SystemExit naming the setting)."""
     from pydantic import ValidationError
 
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         record = train_piece(task, int(seed), int(steps), Path(logdir), json.loads(variant[0] if variant else "{}"))
         print(json.dumps(record))
         return 0
-    variant = _variant(args.variant, args.tasks)
+    variant = parse_variant(args.variant, args.tasks)
     if args.steps is not None and args.steps < 1:
         raise SystemExit("--steps must be at least 1")
     if args.workers < 1:

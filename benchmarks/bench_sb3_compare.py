@@ -1,7 +1,8 @@
 """The referee: this trainer against Stable-Baselines3 PPO on the same tasks and budget; prints one JSON line.
 
 For each task (`--tasks`, default Pendulum-v1 and HalfCheetahBulletEnv-v0), runs interleaved, `--rounds` times
-over: this trainer (`loop.train`, the task's preset), then SB3 PPO with the preset's hyperparameters
+over: this trainer (`loop.train`, the task's preset, serial: `ours`), the same overlapped (config `overlap`:
+`ours_overlap`), then SB3 PPO with the preset's hyperparameters
 (`sb3_identical`), then SB3 PPO with the rl-baselines3-zoo hyperparameters of the task (`sb3_zoo`). Each trains
 for `--steps` env steps (`--quick`: one update of the preset, a few thousand steps; SB3 collects at least one
 rollout of its own setting, so its count may be larger, and every rate is of the steps actually taken) and is
@@ -13,7 +14,9 @@ evaluation not), the sampling and update seconds and their rates, the rest of th
 start-up, checkpoints), the evaluation return of each round and their mean; for this trainer also the run's
 `perf/simulation_share` over its sampling phases (the share of its environment processes' time spent in the
 simulator); and per task and SB3 setting the ratios ours / SB3 of the three rates (higher: ours faster) and the
-difference of the mean returns.
+difference of the mean returns, and the same ratios for `ours_overlap` against `ours` and each SB3 setting
+(`overlap_ratios`; overlapped, `sampling_s` is the time the learner waited for a rollout and batched it, not
+a rollout's wall time).
 
 SB3 runs in a subprocess (`sb3_runner.py`) in its own venv, so this process never imports torch:
 `benchmarks/.venv-sb3` (git-ignored; `--venv` for another), created on first use or by `--setup`, with
@@ -146,6 +149,9 @@ UNMATCHED = {
     "unclipped: passed as clip_range_vf and listed under `differences` when set",
     "envs_per_process": "SubprocVecEnv runs one process per environment, the trainer envs_per_process per process "
     "(unset: one process per usable CPU): listed under `differences`",
+    "overlap": "SB3 samples and updates in turn: compared with the trainer's serial loop (`ours`) and as "
+    "`ours_overlap`, its sampling overlapped",
+    "overlap_values": "used only with overlap (`ours_overlap`)",
     "mode": "one worker: sync and async are the same run",
     "backup_workers": "one worker: no update waits for another",
     "checkpoint_every": "outputs: the trainer checkpoints only at the end here, SB3 saves nothing",
@@ -318,7 +324,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary["other_s"] = round(other, 2)  # start-up, checkpoints
     summary["eval_returns"] = [round(run["eval_return"], 1) for run in runs]
     summary["eval_return"] = round(statistics.fmean(run["eval_return"] for run in runs), 1)
-    if "simulation_share" in runs[0]:
+    if runs[0].get("simulation_share") is not None:  # ours, serial (overlapped, no sampling phase is timed)
         summary["simulation_share"] = round(statistics.median(run["simulation_share"] for run in runs), 3)
     if "torch_threads" in runs[0]:
         summary["torch_threads"] = runs[0]["torch_threads"]
@@ -334,13 +340,15 @@ def ratios(ours: dict[str, Any], sb3: dict[str, Any]) -> dict[str, float]:
 
 
 def compare(config: TrainerConfig, rounds: int, python: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """One task, interleaved: ours, SB3 identical, SB3 zoo, `rounds` times, round i with seed `config.seed` + i;
-    its record and SB3's versions."""
+    """One task, interleaved: ours (serial), ours overlapped, SB3 identical, SB3 zoo, `rounds` times, round i
+    with seed `config.seed` + i; its record and SB3's versions."""
     names = ("sb3_identical", "sb3_zoo")
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], **{name: [] for name in names}}
+    ours = {"ours": {"overlap": False}, "ours_overlap": {"overlap": True}}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in (*ours, *names)}
     for round_index in range(rounds):
         seeded = config.model_copy(update={"seed": config.seed + round_index})
-        runs["ours"].append(run_ours(seeded))
+        for name, update in ours.items():
+            runs[name].append(run_ours(seeded.model_copy(update=update)))
         for name, setting in zip(names, (identical(seeded), zoo(seeded)), strict=True):
             runs[name].append(run_sb3(python, setting))
     summaries = {name: summarise(found) for name, found in runs.items()}
@@ -348,6 +356,7 @@ def compare(config: TrainerConfig, rounds: int, python: Path) -> tuple[dict[str,
         "env_id": config.env_id,
         **summaries,
         "ratios": {name: ratios(summaries["ours"], summaries[name]) for name in names},
+        "overlap_ratios": {name: ratios(summaries["ours_overlap"], summaries[name]) for name in ("ours", *names)},
         "differences": differences(config),
     }
     return record, runs["sb3_zoo"][-1]["versions"]

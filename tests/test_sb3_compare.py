@@ -92,6 +92,12 @@ def test_each_round_runs_every_setting_with_its_own_seed(monkeypatch):
         return {"env_steps": 100, "wall_s": 2.0, "sampling_s": 1.0, "update_s": 0.5, "eval_return": eval_return}
 
     def ours(config):
+        if config.overlap:  # faster, and no sampling phase is timed
+            return {
+                **fake_run("ours_overlap", config.seed, -90.0 * config.seed),
+                "wall_s": 1.6,
+                "simulation_share": None,
+            }
         return {**fake_run("ours", config.seed, -100.0 * config.seed), "simulation_share": 0.9}
 
     def sb3(python, setting):
@@ -101,7 +107,14 @@ def test_each_round_runs_every_setting_with_its_own_seed(monkeypatch):
     monkeypatch.setattr(bench_sb3_compare, "run_ours", ours)
     monkeypatch.setattr(bench_sb3_compare, "run_sb3", sb3)
     record, _ = bench_sb3_compare.compare(bench_sb3_compare.our_config("pendulum", 1000, 2, seed=5), 3, Path("python"))
-    assert seen == [(name, seed) for seed in (5, 6, 7) for name in ("ours", "identical", "zoo")]
+    assert seen == [(name, seed) for seed in (5, 6, 7) for name in ("ours", "ours_overlap", "identical", "zoo")]
     assert record["ours"]["eval_returns"] == [-500.0, -600.0, -700.0] and record["ours"]["eval_return"] == -600.0
     assert record["ours"]["simulation_share"] == 0.9
     assert record["ratios"]["sb3_identical"]["eval_return_difference"] == -450.0
+    assert "simulation_share" not in record["ours_overlap"]
+    assert record["overlap_ratios"]["ours"] == {
+        "steps_per_s": 1.25,
+        "sampling_steps_per_s": 1.0,
+        "update_steps_per_s": 1.0,
+        "eval_return_difference": 60.0,
+    }
