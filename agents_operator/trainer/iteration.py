@@ -30,7 +30,7 @@ import numpy as np
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.learner import Learner, LearnerState
 from agents_operator.trainer.sampling.batch import Batch, to_batch
-from agents_operator.trainer.sampling.overlapped import OverlappedSampler, overlapped_batch
+from agents_operator.trainer.sampling.overlapped import OverlappedSampler
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
@@ -90,7 +90,7 @@ def iterate_overlapped(
     rollout, behaviour = sampler.take(state.policy, start_next=not last)
     # "Compute advantage estimates", as `iterate` does, on the observations as the behaviour policy saw them
     # and with its log-probabilities, so that the ratio of eq. 6 is pi_theta / pi_behaviour.
-    batch, episode_returns, episode_lengths = overlapped_batch(rollout, behaviour, sampler.env, state.policy, config)
+    batch, episode_returns, episode_lengths = sampler.batch(rollout, behaviour, state.policy)
     return _learn(batch, sampler.env, learner, rng, begin, (episode_returns, episode_lengths))
 
 

@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.rollout import Rollout
@@ -92,6 +93,7 @@ class OverlappedSampler:
         self.config = config
         self._in_flight: _InFlight | None = None
         self._held: tuple[Rollout, Behaviour] | None = None
+        self._blas = ThreadpoolController()
 
     @property
     def env(self) -> TrainingEnv:
@@ -116,6 +118,15 @@ class OverlappedSampler:
         if start_next:
             self._start(policy)
         return rollout
+
+    def batch(
+        self, rollout: Rollout, behaviour: Behaviour, policy: NumpyPolicy
+    ) -> tuple[ProximalBatch, list[float], list[int]]:
+        """`overlapped_batch`, with numpy's BLAS on one thread: the next rollout's processes are filling every
+        core meanwhile, and OpenBLAS's threads, waiting for one another behind them, once stalled a 30 ms
+        batch for 3 s (docs/trainer.md, "Overlapped sampling")."""
+        with self._blas.limit(limits=1, user_api="blas"):
+            return overlapped_batch(rollout, behaviour, self.env, policy, self.config)
 
     def settle(self) -> None:
         """Wait for the rollout in flight, if any, and keep it for `take`: the environments are free."""

@@ -190,3 +190,18 @@ def test_no_rollout_starts_after_the_last_update(recording: Recording) -> None:
     assert sampler.take("theta1", start_next=False)[0] == "rollout 2 by theta0"
     sampler.settle()
     assert len(recording.acted) == 2  # nothing was in flight
+
+
+def test_the_batch_is_computed_with_numpys_blas_on_one_thread(recording: Recording, monkeypatch) -> None:
+    from threadpoolctl import threadpool_info
+
+    from agents_operator.trainer.sampling import overlapped
+
+    def blas_threads() -> list[int]:
+        return [library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"]
+
+    seen = []
+    monkeypatch.setattr(overlapped, "overlapped_batch", lambda *arguments: seen.append(blas_threads()))
+    before = blas_threads()
+    OverlappedSampler(recording, ROLLOUT_CONFIG).batch("rollout", "behaviour", "policy")
+    assert seen == [[1] * len(before)] and before and blas_threads() == before
