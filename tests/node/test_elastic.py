@@ -8,6 +8,9 @@ from tests.node.node import CLAIM, Namespace, example, until
 from tests.node.test_pendulum import PENDULUM_GOAL
 
 TRAINING_SECONDS = 900
+ELASTIC_STEPS = 450_000
+"""The preset's 300k, and half again: up to three async workers push changes computed on weights their peers have
+moved since; at 300k one run of this job ended at -266.9 (the goal is -250), two others above it."""
 
 
 def _elastic_pendulum() -> dict:
@@ -15,7 +18,7 @@ def _elastic_pendulum() -> dict:
     for less CPU so that three fit on the 2-core node beside the ps and the operator's pods."""
     job = example("pendulum.yaml")
     job["metadata"]["name"] = "elastic"
-    job["spec"]["trainer"] = {"preset": "pendulum", "mode": "async"}
+    job["spec"]["trainer"] = {"preset": "pendulum", "mode": "async", "totalSteps": ELASTIC_STEPS}
     job["spec"]["elastic"] = {"minWorkers": 1, "maxWorkers": 3}
     job["spec"]["replicaSpecs"]["worker"]["replicas"] = 1
     job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "300m"
@@ -66,4 +69,4 @@ def test_an_async_pendulum_job_scaled_1_3_2_while_it_trains_succeeds_with_a_lear
     scaled = [e.get("message") for e in ns.events("elastic") if e.get("reason") == "Scaled"]
     assert any("workers 1 -> 3" in m for m in scaled) and any("workers 3 -> 2" in m for m in scaled), scaled
     summary = rundir.load_summary(volume / "elastic")
-    assert summary and summary["env_steps"] >= 300_000 and summary["eval_mean_return"] >= PENDULUM_GOAL, summary
+    assert summary and summary["env_steps"] >= ELASTIC_STEPS and summary["eval_mean_return"] >= PENDULUM_GOAL, summary
