@@ -263,7 +263,8 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=5, help="updates per variant, alternating")
     args = parser.parse_args()
-    overrides = {} if args.threads is None else {"threads": args.threads}
+    # The serial learner's step: the batch here has no proximal log-probabilities (`sampling.overlapped`).
+    overrides = {"overlap": False} if args.threads is None else {"overlap": False, "threads": args.threads}
     config = presets.resolve(args.preset, overrides)
     tf.config.threading.set_intra_op_parallelism_threads(config.threads)
     tf.config.threading.set_inter_op_parallelism_threads(config.threads)

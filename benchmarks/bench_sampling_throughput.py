@@ -176,7 +176,8 @@ def training_rates(config: TrainerConfig, args: argparse.Namespace, cores: int) 
 
 
 def measure(preset: str, args: argparse.Namespace, cores: int) -> dict[str, float | int | str]:
-    overrides = {"envs_per_worker": args.envs}
+    # Serial: the sampling phases of the run below are rollouts, not the waits of an overlapped loop.
+    overrides = {"envs_per_worker": args.envs, "overlap": False}
     if args.rollout_steps is not None:
         overrides["rollout_steps"] = args.rollout_steps
     config = presets.resolve(preset, overrides)

@@ -17,7 +17,8 @@ processes or on env servers, the thread only waits on them; in step mode it acts
 the observation statistics and the noise drawn here beforehand, so the random generator is used in one
 order whatever the timing, and the batches are the same for the same seeds. Anything else that uses the
 environments (an evaluation, the final video) first `settle`s the rollout in flight; after a lost parameter
-server, or at the end of a run, it is `discard`ed, so that no batch ever lags by more than one update.
+server, or at the end of a run, it is `discard`ed, so that no batch ever lags by more than one update. No
+rollout starts during the update that spends the run's budget.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ class OverlappedSampler:
         return np.zeros(0)
 
     def take(self, policy: NumpyPolicy, start_next: bool = True) -> tuple[Rollout, Behaviour]:
-        """The next rollout and what acted it (waiting for it if it is still running), and, unless not
-        `start_next` (the run ends after this update), the one after it started with `policy` and the
+        """The next rollout and what acted it (waiting for it if it is still running); with `start_next`
+        (false for the update that ends the run), the one after it is started with `policy` and the
         statistics as they are now. The first call collects its rollout with `policy` first: nothing ran
         before it."""
         if self._held is None and self._in_flight is None:
