@@ -192,7 +192,7 @@ class _Run:
         if self.cluster is None:
             raise error
         self.outputs.progress.note(f"lost a parameter server ({distributed.first_line(error)}); reconnecting")
-        self._discard_rollouts()
+        self.sampler.discard()
         self.learner.reconnect(self.restore)
         state = self.learner.state()
         _share_statistics(self.env, state)
@@ -216,8 +216,7 @@ class _Run:
         result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, done.sampling_seconds))
         finished = _finished(state, config)
         if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not finished:
-            if isinstance(self.sampler, OverlappedSampler):
-                self.sampler.settle()  # the evaluation plays on the environments' processes or servers
+            self.sampler.settle()  # the evaluation plays on the environments' processes or servers
             self.outputs.evaluate(state, self.env.observations)
         if self.chief and (state.iterations % config.checkpoint_every == 0 or finished):
             try:  # the checkpoint reads every variable from the ps: it may be lost meanwhile too
@@ -241,7 +240,7 @@ class _Run:
         """Leave the cluster; the chief evaluates the final policy and renders its video, and writes the summary
         and the export."""
         config, progress = self.config, self.outputs.progress
-        self._discard_rollouts()
+        self.sampler.discard()
         if self.cluster is not None:
             state = leaving.leave_cluster(self.cluster, self.learner, self.logdir, progress)
         if not self.chief:
@@ -252,11 +251,6 @@ class _Run:
         if config.export:
             _export(config, self.logdir, state, self.episodes, progress, evaluated)
         return state
-
-    def _discard_rollouts(self) -> None:
-        """Drop an overlapped sampler's rollout in flight (`OverlappedSampler.discard`)."""
-        if isinstance(self.sampler, OverlappedSampler):
-            self.sampler.discard()
 
     def final_pass(self, state: LearnerState) -> exported.Evaluation | None:
         """The final policy's evaluation (recorded as every evaluation, when there are any) and its video

@@ -47,6 +47,14 @@ class _Sampling(abc.ABC):
         rollout, first_acting = self.rollout(policy)
         return to_batch(rollout, self.env, policy, self.config, first_acting)
 
+    def settle(self) -> None:
+        """Nothing runs between two calls of a serial sampler: the environments are free (`overlapped` waits)."""
+        return
+
+    def discard(self) -> None:
+        """Nothing runs between two calls of a serial sampler: nothing to drop (`overlapped` drops its rollout)."""
+        return
+
     def noise(self, policy: NumpyPolicy) -> np.ndarray:
         """A rollout's standard normal noise, (rollout_steps, num_envs, act_dim), from the sampler's generator."""
         shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
@@ -70,7 +78,7 @@ class Sampler(_Sampling):
 
     def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, np.ndarray]:
         acting = self.observations
-        rollout = self._rollout(policy, self.noise(policy))
+        rollout = self._rollout_with(policy, self.env.observations, self.noise(policy), acting)
         self.simulation_seconds = rollout.simulation_seconds
         # The statistics change only when the iteration ends (`Normalizer.take_pending`): normalised now, the
         # next rollout's first observations are as `to_batch` would see them.
@@ -83,9 +91,6 @@ class Sampler(_Sampling):
         self.simulation_seconds = rollout.simulation_seconds
         self.raw_observations = rollout.observations[-1]
         return rollout
-
-    def _rollout(self, policy: NumpyPolicy, noise: np.ndarray) -> Rollout:
-        return self._rollout_with(policy, self.env.observations, noise, self.observations)
 
     def _rollout_with(
         self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None
