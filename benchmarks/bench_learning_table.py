@@ -9,10 +9,12 @@ of them per run, the last at the end of the budget. A run's return is its final 
 
 The table resumes: a finished run keeps its `result.json` and is not trained again; an interrupted one
 continues from its latest checkpoint (its wall time adds up over the pieces, each piece's start-up
-included, evaluations excluded). After every run the table (markdown) and one PNG of learning curves
-per task (every seed on one axis, the zoo's return drawn) are written again from every finished run in
-`--results`, whichever invocation trained it: the table between the `MARKERS` in `--doc` (docs/trainer.md),
-the PNGs in `--figures` (docs/learning/).
+included, evaluations excluded). A finished run of a preset is also kept in `--records`
+(`learning_records`, in the repository), and counts from there on a machine without its run directory.
+After every run the table (markdown) and one PNG of learning curves per task (every seed on one axis, the
+zoo's return drawn) are written again from every finished run in `--results` and `--records`, whichever
+invocation trained it (a preset with neither keeps its earlier row, marked): the table between the
+`MARKERS` in `--doc` (docs/trainer.md), the PNGs in `--figures` (docs/learning/).
 
     .venv/bin/python benchmarks/bench_learning_table.py                     # everything, hours on 2 cores
     .venv/bin/python benchmarks/bench_learning_table.py --tasks pendulum --seeds 0 1 2 3 4 5 6 7 8 9
@@ -38,7 +40,10 @@ from typing import Any
 
 from agents_operator import presets
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning_records  # benchmarks/, also when imported from the tests
+
+ROOT = learning_records.ROOT
 PROCESS_STARTED = time.monotonic()  # for a child's wall time, its imports included
 RESULT = "result.json"  # a finished run's record, in its run directory
 PIECES = "pieces.jsonl"  # one line per piece of training (a run interrupted and resumed has several)
@@ -197,19 +202,32 @@ def run_dir(results: Path, task: str, seed: int, steps: int, variant: dict[str, 
     return results / (f"{task}-{steps}+{name}" if name else f"{task}-{steps}") / f"seed{seed}"
 
 
-def ensure_run(results: Path, task: str, seed: int, steps: int, variant: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The run's record, trained first in a child process unless it is already done; and whether it trained."""
+def ensure_run(
+    results: Path, task: str, seed: int, steps: int, variant: dict[str, Any], records: Path | None = None
+) -> tuple[dict[str, Any], bool]:
+    """The run's record, trained first in a child process unless it is already done (in `results`, or kept in
+    `records`, where a run that finishes is kept too); and whether it trained."""
     logdir = run_dir(results, task, seed, steps, variant)
-    _set_aside_if_stale(logdir, job_config(task, seed, steps, variant))
+    config = job_config(task, seed, steps, variant)
+    _set_aside_if_stale(logdir, config)
     if (logdir / RESULT).exists():
-        return json.loads((logdir / RESULT).read_text()), False
+        return _kept(json.loads((logdir / RESULT).read_text()), logdir, records), False
+    if records is not None and (record := learning_records.current(records, logdir.parent.name, seed, config)):
+        return record, False
     logdir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, __file__, "--child", task, str(seed), str(steps), str(logdir), json.dumps(variant)]
     with open(logdir / "train.log", "a") as log:
         child = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, env=_child_env())
     if child.returncode != 0:
         raise SystemExit(f"{task} seed {seed}: training failed (exit {child.returncode}); see {logdir / 'train.log'}")
-    return finish(json.loads(child.stdout.splitlines()[-1]), logdir), True
+    return _kept(finish(json.loads(child.stdout.splitlines()[-1]), logdir), logdir, records), True
+
+
+def _kept(record: dict[str, Any], logdir: Path, records: Path | None) -> dict[str, Any]:
+    """`record`, kept in `records` too (when given)."""
+    if records is not None:
+        learning_records.keep(records, logdir.parent.name, record, logdir)
+    return record
 
 
 def _set_aside_if_stale(logdir: Path, config) -> None:
@@ -330,41 +348,96 @@ def read_doc(doc: Path) -> str:
     return text
 
 
-def write_doc(doc: Path, table: str, figures: list[Path]) -> None:
-    """The table and the figures' links between MARKERS in `doc`, the rest of it unchanged."""
+def write_doc(doc: Path, table: str, figures: list[Path], order: list[str]) -> None:
+    """The table and the figures' links between MARKERS in `doc`, the rest of it unchanged; the rows of the
+    presets in `order` that have no finished run now are kept from the table that was there (`_earlier`)."""
     text = read_doc(doc)
     begin, end = MARKERS
-    links = "\n".join(f"![{path.stem}]({os.path.relpath(path, doc.parent)})" for path in figures)
     before, rest = text.split(begin, 1)
-    after = rest.split(end, 1)[1]
-    doc.write_text(f"{before}{begin}\n{table}\n\n{links}\n{end}{after}")
+    block, after = rest.split(end, 1)
+    links = [f"![{path.stem}]({os.path.relpath(path, doc.parent)})" for path in figures]
+    rows, links, carried = _earlier(table.splitlines(), links, block.splitlines(), order)
+    footnote = f"\n\n{EARLIER_NOTE}" if carried else ""
+    doc.write_text(f"{before}{begin}\n" + "\n".join(rows) + footnote + "\n\n" + "\n".join(links) + f"\n{end}{after}")
 
 
-def finished(results: Path, task: str, steps: int, variant: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every finished run of `task` (with `variant`) at `steps` in `results`, whichever invocation trained it."""
+EARLIER = " *"  # after the preset's name: a row kept from an earlier table
+EARLIER_NOTE = (
+    f"Rows marked{EARLIER} were trained before finished runs were kept in `docs/learning/records/`, with the "
+    "preset as it was then; they stay until their preset is trained again."
+)
+
+
+def _earlier(
+    rows: list[str], links: list[str], block: list[str], order: list[str]
+) -> tuple[list[str], list[str], bool]:
+    """`rows` (a markdown table) and `links` with the rows and links of the earlier table `block` for the tasks
+    in `order` that have neither now (marked EARLIER), all in `order`; and whether any row was kept."""
+
+    def task(line: str) -> str:
+        return line.removeprefix("| ").removeprefix("![").split(" (")[0].split("]")[0].removesuffix(EARLIER)
+
+    def earlier(line: str) -> str:
+        name, rest = line.split(" (", 1)
+        return line if name.endswith(EARLIER) else f"{name}{EARLIER} ({rest}"
+
+    now = {task(line) for line in rows[2:]}
+    kept = [earlier(line) for line in block if line.startswith("| ") and task(line) in order and task(line) not in now]
+    shown = {task(line) for line in links}
+    more = [line for line in block if line.startswith("![") and task(line) in order and task(line) not in shown]
+
+    def position(line: str) -> int:
+        return order.index(task(line))
+
+    return rows[:2] + sorted(rows[2:] + kept, key=position), sorted(links + more, key=position), bool(kept)
+
+
+def finished(
+    results: Path, task: str, steps: int, variant: dict[str, Any] | None = None, records: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every finished run of `task` (with `variant`) at `steps` in `results`, whichever invocation trained it;
+    given `records`, also every run kept there with the preset as it is now (the runs in `results` are kept
+    there too, after a run of an earlier preset is set aside)."""
+    variant = variant or {}
     directory = run_dir(results, task, 0, steps, variant).parent
-    runs = [path for path in sorted(directory.glob(f"seed*/{RESULT}")) if path.parent.name[4:].isdigit()]
-    return [json.loads(path.read_text()) for path in runs]  # not the runs set aside (seedN.stale-...)
+    runs: dict[int, dict[str, Any]] = {}
+    for result in sorted(directory.glob(f"seed*/{RESULT}")):
+        seed = result.parent.name.removeprefix("seed")
+        if not seed.isdigit():
+            continue  # a run set aside (seedN.stale-...)
+        if records is not None:
+            _set_aside_if_stale(result.parent, job_config(task, int(seed), steps, variant))
+            if not result.exists():
+                continue
+        runs[int(seed)] = _kept(json.loads(result.read_text()), result.parent, records)
+    for seed in learning_records.seeds(records, directory.name) if records is not None else []:
+        config = job_config(task, seed, steps, variant)
+        if seed not in runs and (record := learning_records.current(records, directory.name, seed, config)):
+            runs[seed] = record
+    return [runs[seed] for seed in sorted(runs)]
 
 
 def write_report(args: argparse.Namespace) -> None:
     """The doc's table and the figures again, from every finished run of the presets themselves and of their
-    distributed variants (`--workers`)."""
+    distributed variants (`--workers`), in `--results` and kept in `--records`."""
     lines, figures = [], []
-    for task in sorted(presets.names(), key=lambda name: reference(name).budget):
+    order = sorted(presets.names(), key=lambda name: reference(name).budget)
+    for task in order:
         steps = args.steps or reference(task).budget
-        single = finished(args.results, task, steps)
-        jobs = [finished(args.results, task, steps, {WORKERS: n}) for n in _distributed(args.results, task, steps)]
+        single = finished(args.results, task, steps, records=args.records)
+        counts = _distributed(args.results, task, steps, args.records)
+        jobs = [finished(args.results, task, steps, {WORKERS: n}, args.records) for n in counts]
         lines += [row(task, records) for records in (single, *jobs) if records]
         if single or any(jobs):
             figures.append(plot(task, [*single, *(record for records in jobs for record in records)], args.figures))
-    write_doc(args.doc, markdown(lines), figures)
+    write_doc(args.doc, markdown(lines), figures, order)
 
 
-def _distributed(results: Path, task: str, steps: int) -> list[int]:
-    """The worker counts of `task`'s distributed runs in `results`."""
+def _distributed(results: Path, task: str, steps: int, records: Path) -> list[int]:
+    """The worker counts of `task`'s distributed runs in `results` and kept in `records`."""
     prefix = f"{task}-{steps}+{WORKERS}="
-    return sorted(int(path.name.removeprefix(prefix)) for path in results.glob(f"{prefix}*") if path.is_dir())
+    found = {path.name.removeprefix(prefix) for where in (results, records) for path in where.glob(f"{prefix}*")}
+    return sorted(int(count) for count in found if count.isdigit())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -374,6 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, help="env steps for every run, instead of each task's budget")
     parser.add_argument("--results", type=Path, default=ROOT / "runs" / "learning-table", help="run directories")
+    parser.add_argument(
+        "--records",
+        type=Path,
+        default=learning_records.RECORDS,
+        help="where the finished runs of the presets are kept (a few kB each, in the repository)",
+    )
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "trainer.md", help="where the table goes")
     parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "learning", help="where the PNGs go")
     parser.add_argument(
@@ -437,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.tasks:
         records = []
         for seed in args.seeds:
-            record, fresh = ensure_run(args.results, task, seed, args.steps or reference(task).budget, variant)
+            steps = args.steps or reference(task).budget
+            record, fresh = ensure_run(args.results, task, seed, steps, variant, args.records if documented else None)
             records.append(record)
             trained += [f"{task}/{seed}"] if fresh else []
             if fresh and documented:

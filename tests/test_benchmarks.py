@@ -14,6 +14,8 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 HELPERS = {
     "local_job_runs.py": "run_job and job_rates, imported by bench_learning_parity, bench_sync_overhead and "
     "bench_worker_scaling",
+    "learning_records.py": "the finished runs of bench_learning_table kept in the repository, which it and its "
+    "tests read and write",
     "sb3_runner.py": "the Stable-Baselines3 side that bench_sb3_compare runs in its own venv (no torch here)",
 }
 """Files in benchmarks/ that are no benchmark of their own, and why each is there."""

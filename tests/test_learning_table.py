@@ -14,7 +14,7 @@ DOC = f"# Doc\n\nbefore\n\n{table.MARKERS[0]}\nstale\n{table.MARKERS[1]}\n\nafte
 
 def _main(capsys, tmp_path, seeds: list[int], *more: str) -> dict:
     args = ["--tasks", "pendulum", "--seeds", *map(str, seeds), "--steps", "2048", "--results", str(tmp_path / "r")]
-    args += more
+    args += ["--records", str(tmp_path / "kept"), *more]
     assert table.main([*args, "--doc", str(tmp_path / "doc.md"), "--figures", str(tmp_path / "figures")]) == 0
     return json.loads(capsys.readouterr().out.splitlines()[-1])
 
@@ -50,6 +50,7 @@ def test_an_interrupted_run_continues_from_its_checkpoint_and_its_pieces_add_up(
     _main(capsys, tmp_path, [0])
     logdir = table.run_dir(tmp_path / "r", "pendulum", 0, 2048)
     (logdir / table.RESULT).unlink()  # as if it had been stopped after its last checkpoint
+    table.learning_records.path(tmp_path / "kept", "pendulum-2048", 0).unlink()
     assert _main(capsys, tmp_path, [0])["measured"]["trained"] == ["pendulum/0"]
     record = json.loads((logdir / table.RESULT).read_text())
     assert [piece["env_steps"] for piece in record["pieces"]] == [2048, 0]
@@ -105,8 +106,11 @@ def test_a_bad_variant_is_refused_by_name_before_anything_trains(setting, messag
 
 
 def _fake_run(results, task: str, seed: int, steps: int, variant: dict, final: float) -> None:
+    from agents_operator.trainer import rundir
+
     logdir = table.run_dir(results, task, seed, steps, variant)
     logdir.mkdir(parents=True)
+    rundir.write_config(logdir, table.job_config(task, seed, steps, variant))
     record = {"task": task, "seed": seed, "budget": steps, "env_steps": steps, "variant": variant}
     curve = [[steps // 2, final - 100.0], [steps, final]]
     (logdir / table.RESULT).write_text(
@@ -123,6 +127,11 @@ def _fake_run(results, task: str, seed: int, steps: int, variant: dict, final: f
     )
 
 
+def _report_args(tmp_path):
+    paths = {"--results": "r", "--records": "kept", "--doc": "doc.md", "--figures": "figures"}
+    return table.build_parser().parse_args([str(part) for o, p in paths.items() for part in (o, tmp_path / p)])
+
+
 def test_the_doc_holds_every_finished_preset_run_and_its_distributed_runs_but_no_ablation(tmp_path):
     (tmp_path / "doc.md").write_text(DOC)
     results = tmp_path / "r"
@@ -131,10 +140,7 @@ def test_the_doc_holds_every_finished_preset_run_and_its_distributed_runs_but_no
     _fake_run(results, "hopper", 0, 2_000_000, {table.WORKERS: 2}, 2500.0)
     _fake_run(results, "hopper", 0, 2_000_000, {"clip_range": 0.3}, -5.0)
     _fake_run(results, "pendulum", 0, 100_000, {}, -180.0)
-    args = table.build_parser().parse_args(
-        ["--results", str(results), "--doc", str(tmp_path / "doc.md"), "--figures", str(tmp_path / "figures")]
-    )
-    table.write_report(args)
+    table.write_report(_report_args(tmp_path))
     rows = [line for line in (tmp_path / "doc.md").read_text().splitlines() if line.startswith("| ") and "(" in line]
     assert rows[1:] == [
         "| pendulum (Pendulum-v1) | -172.2 | -180.0 ± 0.0 (1) | -180.0 | 100,000 | 2.0 | 3.0 | 100 |",
@@ -157,9 +163,85 @@ def test_a_run_of_an_earlier_preset_is_set_aside_and_trained_again(tmp_path, cap
     logdir = table.run_dir(tmp_path / "r", "pendulum", 0, 2048)
     earlier = table.run_config("pendulum", 0, 2048).model_copy(update={"learning_rate": 0.5})
     rundir.write_config(logdir, earlier)  # as if the preset had had another learning rate then
+    kept = table.learning_records.path(tmp_path / "kept", "pendulum-2048", 0)
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "config": earlier.model_dump()}))
 
     assert _main(capsys, tmp_path, [0])["measured"]["trained"] == ["pendulum/0"]
     (stale,) = logdir.parent.glob("seed0.stale-*")
     assert "learning_rate: 0.5" in (stale / "config.yaml").read_text() and (stale / table.RESULT).exists()
     assert rundir.load_config(logdir) == table.run_config("pendulum", 0, 2048)
     assert [record["seed"] for record in table.finished(tmp_path / "r", "pendulum", 2048)] == [0]  # not the stale
+
+
+def test_a_finished_run_is_kept_in_the_records_and_counts_on_a_machine_without_its_run_directory(tmp_path, capsys):
+    import shutil
+
+    (tmp_path / "doc.md").write_text(DOC)
+    _main(capsys, tmp_path, [0])
+    kept = table.learning_records.path(tmp_path / "kept", "pendulum-2048", 0)
+    record = json.loads(kept.read_text())
+    assert record["config"]["seed"] == 0 and record["curve"][-1][0] == 2048
+    shutil.rmtree(tmp_path / "r")  # another machine: no run directory, only the repository's records
+
+    again = _main(capsys, tmp_path, [0])
+    assert again["measured"]["trained"] == [] and again["table"][0]["worst"] == record["return"]
+    assert not (tmp_path / "r").exists()
+    assert "| pendulum (Pendulum-v1) | -172.2 |" in (tmp_path / "doc.md").read_text()
+
+
+def test_a_kept_record_of_an_earlier_preset_is_not_counted_and_the_run_is_trained_again(tmp_path, capsys):
+    import shutil
+
+    (tmp_path / "doc.md").write_text(DOC)
+    _main(capsys, tmp_path, [0])
+    shutil.rmtree(tmp_path / "r")
+    kept = table.learning_records.path(tmp_path / "kept", "pendulum-2048", 0)
+    record = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**record, "config": {**record["config"], "learning_rate": 0.5}}))
+
+    assert _main(capsys, tmp_path, [0])["measured"]["trained"] == ["pendulum/0"]
+    assert (
+        json.loads(kept.read_text())["config"]["learning_rate"] == table.run_config("pendulum", 0, 2048).learning_rate
+    )
+
+
+def test_an_ablation_is_not_kept_in_the_records(tmp_path, capsys):
+    (tmp_path / "doc.md").write_text(DOC)
+    _main(capsys, tmp_path, [0], "--set", "normalize_observations=false")
+    assert not (tmp_path / "kept").exists()
+
+
+EARLIER_DOC = f"""# Doc
+
+{table.MARKERS[0]}
+| preset | zoo PPO | ours: mean ± std (seeds) | worst seed | env steps | training min | wall min | env steps/s |
+|---|---|---|---|---|---|---|---|
+| pendulum (Pendulum-v1) | -172.2 | -1.0 ± 0.0 (3) | -1.0 | 100,000 | 0.3 | 0.7 | 5 |
+| ant (AntBulletEnv-v0) | 2,866.0 | 2,778.6 ± 276.7 (3) | 2,510.9 | 2,000,000 | 17.2 | 17.5 | 2,028 |
+
+![pendulum](figures/pendulum.png)
+![ant](figures/ant.png)
+{table.MARKERS[1]}
+"""
+
+
+def test_the_rows_of_an_earlier_table_stay_marked_until_their_preset_has_runs(tmp_path):
+    (tmp_path / "doc.md").write_text(EARLIER_DOC)
+    _fake_run(tmp_path / "r", "pendulum", 0, 100_000, {}, -180.0)
+    _fake_run(tmp_path / "r", "hopper", 0, 2_000_000, {}, 2600.0)
+    table.write_report(_report_args(tmp_path))
+    twice = (tmp_path / "doc.md").read_text()
+    table.write_report(_report_args(tmp_path))
+    doc = (tmp_path / "doc.md").read_text()
+    assert doc == twice  # a kept row is marked once
+    rows = [line.split(" |")[0] for line in doc.splitlines() if line.startswith("| ") and "(" in line][1:]
+    assert rows == [
+        "| pendulum (Pendulum-v1)",
+        f"| ant{table.EARLIER} (AntBulletEnv-v0)",  # in the presets' order: by budget, then by name
+        "| hopper (HopperBulletEnv-v0)",
+    ]
+    assert "| -1.0 ± 0.0 (3) |" not in doc and "| 2,778.6 ± 276.7 (3) | 2,510.9 |" in doc
+    assert table.EARLIER_NOTE in doc
+    links = [line for line in doc.splitlines() if line.startswith("![")]
+    assert links == ["![pendulum](figures/pendulum.png)", "![ant](figures/ant.png)", "![hopper](figures/hopper.png)"]
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["hopper-2000000", "pendulum-100000"]
