@@ -38,7 +38,7 @@ value clipping (no preset uses it), several environments per process; besides, V
 statistics every step, where the trainer normalises a whole rollout with the statistics from before it (the
 first rollout unnormalised). The JSON lists these per task under `differences`.
 
-`sb3_zoo` is `ZOO`, from DLR-RM/rl-baselines3-zoo, hyperparams/ppo.yml at commit 208b6fdf3a9a (both entries
+`sb3_zoo` is `ZOO`, from DLR-RM/rl-baselines3-zoo, hyperparams/ppo.yml at commit 208b6fdf3a9a (every entry
 "# Tuned"; n_timesteps is replaced by `--steps`):
 
     Pendulum-v1: n_envs 4, policy 'MlpPolicy', n_steps 1024, gae_lambda 0.95, gamma 0.9, n_epochs 10,
@@ -49,6 +49,7 @@ first rollout unnormalised). The JSON lists these per task under `differences`.
       activation_fn=nn.ReLU, net_arch=dict(pi=[256, 256], vf=[256, 256]))"
     HopperBulletEnv-v0: the HalfCheetahBulletEnv-v0 entry ("<<: *pybullet-defaults") with the same learning rate
       and policy_kwargs and clip_range lin_0.4 (`clip_schedule` linear: 0.4 annealed to 0 over the run)
+    Walker2DBulletEnv-v0: the same as HopperBulletEnv-v0
 
 Everything else is SB3's default (Pendulum's batch_size 64, 64x64 tanh networks; `normalize: true` is
 VecNormalize with its defaults, whose gamma 0.99 is the entry's). The zoo's train.py leaves torch its default
@@ -136,6 +137,7 @@ ZOO: dict[str, dict[str, Any]] = {
     },
 }
 ZOO["HopperBulletEnv-v0"] = {**ZOO["HalfCheetahBulletEnv-v0"], "clip_schedule": "linear"}
+ZOO["Walker2DBulletEnv-v0"] = ZOO["HopperBulletEnv-v0"]
 """rl-baselines3-zoo's settings (see the module docstring), in `sb3_runner.py`'s terms: `normalize` is the
 keyword arguments of VecNormalize (None: none), `activation` names the activation_fn."""
 

@@ -1,22 +1,22 @@
 """Wall time to the rl-baselines3-zoo return: this trainer against SB3 PPO with the zoo's settings; one JSON line.
 
-For each task (`--tasks`: the `cheetah` and `hopper` presets) and each setting (`--settings`: `ours`, the
+For each task (`--tasks`: the `cheetah`, `hopper` and `walker` presets) and each setting (`--settings`: `ours`, the
 trainer's preset; `sb3_zoo`, SB3 PPO with rl-baselines3-zoo's hyperparameters, as `bench_sb3_compare.py` runs it),
 trains up to `--max-steps` env steps (default 2M, the zoo's budget for these tasks), evaluating the policy
 every `--eval-every` env steps the same way on both sides: the trainer's evaluation, `eval_episodes` (the
 preset's) episodes of the deterministic policy with the trainer's evaluation seeds. Reported per run: the
 first evaluation whose mean return reaches the target (`--target`, default the zoo's published PPO return:
-HalfCheetahBulletEnv-v0 2925, HopperBulletEnv-v0 2575, from rl-baselines3-zoo's benchmark.md), its env steps
-(`at_env_steps`) and the training minutes before it (start-up included, time spent evaluating excluded), or
-that none did; every evaluation as [env steps, mean return, training seconds]; and per task the ratio of the
-minutes (SB3 / ours: above 1, ours reached it sooner). SB3 stops at the target; the trainer runs its whole
-budget (its later evaluations show whether the return holds).
+HalfCheetahBulletEnv-v0 2925, HopperBulletEnv-v0 2575, Walker2DBulletEnv-v0 2110, from rl-baselines3-zoo's
+benchmark.md), its env steps (`at_env_steps`) and the training minutes before it (start-up included, time
+spent evaluating excluded), or that none did; every evaluation as [env steps, mean return, training seconds];
+and per task the ratio of the minutes (SB3 / ours: above 1, ours reached it sooner). SB3 stops at the target;
+the trainer runs its whole budget (its later evaluations show whether the return holds).
 
 SB3 runs in the venv that `bench_sb3_compare.py --setup` creates. The runs are long (the zoo trains 2M steps; SB3
 ran at 400-600 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time:
 
     .venv/bin/python benchmarks/bench_time_to_return.py --tasks hopper --settings ours
-    .venv/bin/python benchmarks/bench_time_to_return.py --tasks cheetah hopper --settings ours sb3_zoo
+    .venv/bin/python benchmarks/bench_time_to_return.py --tasks cheetah hopper walker --settings ours sb3_zoo
 """
 
 from __future__ import annotations
