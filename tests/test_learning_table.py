@@ -70,7 +70,7 @@ def test_every_preset_has_a_reference_and_the_zoo_budgets_are_the_zoos():
     assert budgets == {2_000_000}
     assert (table.reference("pendulum").budget, table.reference("reacher").budget) == (100_000, 1_000_000)
     targets = {"HalfCheetahBulletEnv-v0": 2925.0, "HopperBulletEnv-v0": 2575.0, "Walker2DBulletEnv-v0": 2110.0}
-    assert bench_time_to_return.TARGETS == targets
+    assert targets == bench_time_to_return.TARGETS
 
 
 def test_the_runs_are_evaluated_about_evaluations_times_without_video_or_export():
