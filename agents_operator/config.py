@@ -116,6 +116,13 @@ class TrainerConfig(BaseModel):
     init_log_std: float = Field(
         0.0, ge=-10, le=5, description="Initial log standard deviation of the Gaussian policy (learned)."
     )
+    exploration: Literal["state_independent", "state_dependent"] = Field(
+        "state_independent",
+        description="The Gaussian's standard deviation: learned per action dimension (state_independent), or "
+        "a function of the state (state_dependent: gSDE's, Raffin et al. 2021, with new exploration weights "
+        "every step): sqrt(sum_j phi_j(s)^2 exp(2 log_std_jk) + 1e-6) for action k, phi the policy's last "
+        "hidden layer (its gradient stops there); init_log_std starts every log_std_jk.",
+    )
     orthogonal_init: bool = Field(
         True, description="Orthogonal weight init (gain sqrt 2 hidden, 0.01 policy head, 1 value head)."
     )

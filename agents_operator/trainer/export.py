@@ -28,6 +28,7 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer import checkpoints
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.learner import Learner, LearnerState, vector_size
+from agents_operator.trainer.ppo import networks
 from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import Layer, NumpyPolicy
 
@@ -79,31 +80,42 @@ class _PolicyModule(tf.Module):
         self.act = tf.function(self._act, input_signature=[spec])
         self.sample = tf.function(self._sample, input_signature=[spec, tf.TensorSpec([], tf.int64, exported.SEED)])
 
-    def _mean(self, observations: tf.Tensor) -> tf.Tensor:
-        """`NumpyPolicy.mean` of `Normalizer.normalize`, operation for operation."""
+    def _hidden(self, observations: tf.Tensor) -> tf.Tensor:
+        """The policy's last hidden layer in float64 for `observations` normalised as `Normalizer.normalize`
+        does, operation for operation."""
         x = observations
         if self._normalize:
             clip = self.clip_observations
             x = tf.clip_by_value((x - self.observation_mean) / self.observation_std, -clip, clip)
         x = tf.cast(x, tf.float64)
-        layers = list(zip(self.policy_weights[::2], self.policy_weights[1::2], strict=True))
-        for i, (kernel, bias) in enumerate(layers):
-            x = tf.matmul(x, kernel) + bias
-            if i < len(layers) - 1:
-                x = _ACTIVATIONS[self._activation](x)
-        return tf.cast(x, tf.float32)
+        for kernel, bias in self._layers()[:-1]:
+            x = _ACTIVATIONS[self._activation](tf.matmul(x, kernel) + bias)
+        return x
+
+    def _layers(self) -> list[tuple[tf.Variable, tf.Variable]]:
+        return list(zip(self.policy_weights[::2], self.policy_weights[1::2], strict=True))
+
+    def _mean(self, hidden: tf.Tensor) -> tf.Tensor:
+        """`NumpyPolicy.mean` from the last hidden layer (`_hidden`)."""
+        kernel, bias = self._layers()[-1]
+        return tf.cast(tf.matmul(hidden, kernel) + bias, tf.float32)
 
     def _act(self, observations: tf.Tensor) -> dict[str, tf.Tensor]:
-        actions = tf.clip_by_value(self._mean(observations), self.action_low, self.action_high)
+        actions = tf.clip_by_value(self._mean(self._hidden(observations)), self.action_low, self.action_high)
         return {exported.ACTIONS: actions}
 
     def _sample(self, observations: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
-        """a = mean + std * noise and log N(a | mean, std^2), as `NumpyPolicy.act` and `gaussian_log_prob_np`."""
-        mean = self._mean(observations)
+        """a = mean + std * noise and log N(a | mean, std^2), as `NumpyPolicy.act` and `gaussian_log_prob_np`
+        (a state-dependent std from the float64 hidden layer, rounded to float32)."""
+        hidden = self._hidden(observations)
+        mean = self._mean(hidden)
+        log_std = self.log_std
+        if log_std.shape.rank == 2:
+            log_std = networks.state_dependent_log_std_tf(tf.cast(hidden, tf.float32), log_std)
         noise = tf.random.stateless_normal(tf.shape(mean), tf.stack([seed, tf.constant(0, tf.int64)]))
-        per_dim = -0.5 * tf.square(noise) - self.log_std - _HALF_LOG_2PI
+        per_dim = -0.5 * tf.square(noise) - log_std - _HALF_LOG_2PI
         return {
-            exported.ACTIONS: mean + tf.exp(self.log_std) * noise,
+            exported.ACTIONS: mean + tf.exp(log_std) * noise,
             exported.LOG_PROBS: tf.reduce_sum(per_dim, axis=-1),
         }
 

@@ -93,15 +93,18 @@ def build_graph(
     return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync)
 
 
-def placeholders(obs_dim: int, act_dim: int, overlap: bool = False) -> dict[str, tf.Tensor]:
-    """What a batch feeds, by the name of its `Batch` field (overlapped: `proximal_log_probs` too)."""
+def placeholders(
+    obs_dim: int, act_dim: int, overlap: bool = False, state_dependent: bool = False
+) -> dict[str, tf.Tensor]:
+    """What a batch feeds, by the name of its `Batch` field (overlapped: `proximal_log_probs` too; with a
+    state-dependent std, the acting policy's `log_std` per sample)."""
     v1 = tf.compat.v1
     feeds = {
         "observations": v1.placeholder(tf.float32, [None, obs_dim], "observations"),
         "actions": v1.placeholder(tf.float32, [None, act_dim], "actions"),
         "log_probs": v1.placeholder(tf.float32, [None], "old_log_probs"),
         "means": v1.placeholder(tf.float32, [None, act_dim], "old_means"),
-        "log_std": v1.placeholder(tf.float32, [act_dim], "old_log_std"),
+        "log_std": v1.placeholder(tf.float32, [None, act_dim] if state_dependent else [act_dim], "old_log_std"),
         "values": v1.placeholder(tf.float32, [None], "old_values"),
         "advantages": v1.placeholder(tf.float32, [None], "advantages"),
         "returns": v1.placeholder(tf.float32, [None], "returns"),
@@ -143,9 +146,9 @@ class LocalCopy:
         )
 
     def objective(self, config: TrainerConfig, feeds: dict[str, tf.Tensor]) -> Objective:
-        mean = mlp_tf(feeds["observations"], self.networks.policy, config.activation)
+        mean, log_std = self.networks.gaussian(feeds["observations"], config.activation)
         value = mlp_tf(feeds["observations"], self.networks.value, config.activation)[:, 0]
-        return ppo_objective(config, feeds, mean, self.networks.log_std, value, self.kl_beta)
+        return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta)
 
 
 def local_optimizer(config: TrainerConfig, local: LocalCopy) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
@@ -186,7 +189,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
     """`build_graph` with its device scopes made. The variables are created first, in a fixed order, so that
     their initial values depend only on the seed."""
     v1 = tf.compat.v1
-    feeds = placeholders(obs_dim, act_dim, config.overlap)
+    feeds = placeholders(obs_dim, act_dim, config.overlap, config.exploration == "state_dependent")
     update_seed = v1.placeholder(tf.int64, [2], "update_seed")
     with shared_scope():
         shared = replicas.Shared.create(config, obs_dim, act_dim)

@@ -25,7 +25,7 @@ TAGS = {
     "policy/approx_kl": "CleanRL's estimator E[(ratio - 1) - log ratio], mean over minibatches",
     "policy/clipfrac": "fraction of samples with |ratio - 1| > clip_range, mean over minibatches",
     "policy/kl_beta": "BatchPPO's adaptive KL penalty coefficient (changes only with objective=kl_penalty)",
-    "policy/std": "mean standard deviation of the Gaussian policy",
+    "policy/std": "mean standard deviation of the Gaussian policy (state-dependent: of its exploration weights)",
     "optimizer/learning_rate": "Adam step size (after the lr_schedule)",
     "optimizer/grad_norm": "global gradient norm before clipping",
     "perf/env_steps_per_second": "environment steps per second of the whole iteration (sampling + update)",

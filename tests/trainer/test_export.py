@@ -186,3 +186,27 @@ def test_a_run_with_export_off_writes_none(trained, tmp_path):
     loop.train(config.model_copy(update={"export": False}), copy)  # a finished run: only its end again
     assert not (copy / exported.DIRECTORY).exists()
     assert [p.name for p in checkpoints.list_checkpoints(copy)] == ["ckpt-00000001"]
+
+
+def test_a_state_dependent_policy_samples_with_the_std_of_each_state(tmp_path):
+    """gSDE's std (config `exploration: state_dependent`): `sample` draws a ~ N(mean(s), std(s)^2) with the std
+    the trainer's numpy actor has for s; the log-probabilities are that Gaussian's."""
+    rng = np.random.default_rng(3)
+    obs_dim, act_dim = 5, 2
+    shapes = [(obs_dim, 16), (16, act_dim)]
+    layers = [(rng.normal(0, 0.5, s).astype(np.float32), rng.normal(0, 0.1, s[1]).astype(np.float32)) for s in shapes]
+    log_std = rng.normal(-1.0, 0.5, (16, act_dim)).astype(np.float32)
+    value = [(rng.normal(size=(obs_dim, 1)).astype(np.float32), np.zeros(1, np.float32))]
+    policy = NumpyPolicy(layers, log_std, value, "tanh")
+    observations = Normalizer((obs_dim,), 10.0, False)
+    low, high = np.full(act_dim, -1.0, np.float32), np.full(act_dim, 1.0, np.float32)
+    export.write(tmp_path / "model", policy, observations, low, high, _metadata(obs_dim, act_dim))
+    x = _observations(4000, obs_dim, seed=4)
+    actions, log_probs = loader.load(tmp_path / "model").sample(x, seed=7)
+    mean, want_log_std = policy.gaussian(x)
+    noise = (actions - mean) * np.exp(-want_log_std)
+    assert abs(noise.std() - 1.0) < 0.05 and abs(noise.mean()) < 0.05
+    per_dim = -0.5 * np.square(noise) - want_log_std - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(log_probs, per_dim.sum(axis=1), rtol=1e-4, atol=1e-4)
+    assert np.ptp(want_log_std) > 0.5  # the std does vary with the state
+    np.testing.assert_array_equal(export.read(tmp_path / "model")[0].log_std, log_std)

@@ -16,7 +16,7 @@ import pytest
 from agents_operator import presets
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
-from agents_operator.trainer import loop
+from agents_operator.trainer import loop, playback
 from agents_operator.trainer.envs.make import make_env
 from agents_operator.trainer.summaries import read_scalars
 from tests.trainer.envserver.servers import serving
@@ -204,6 +204,19 @@ def _random_policy_return(env_id, episodes=10):
         returns.append(total)
     env.close()
     return float(np.mean(returns))
+
+
+def test_a_run_with_state_dependent_exploration_learns_and_resumes(tmp_path: Path) -> None:
+    """gSDE's std (`exploration: state_dependent`): Pendulum learns as with the state-independent one, its
+    log-std one per unit of the last hidden layer and action, kept in the checkpoint a resumed run goes on from."""
+    config = LEARNING.model_copy(update={"exploration": "state_dependent", "init_log_std": -1.0})
+    result = loop.train(config, tmp_path / "run")
+    assert_learned(result, gain=400)
+    with playback.of_run(config, tmp_path / "run", None) as player:
+        assert player.policy.log_std.shape == (config.policy_layers[-1], 1)
+    longer = config.model_copy(update={"total_steps": config.total_steps + config.batch_size})
+    resumed = loop.train(longer, tmp_path / "run")  # from the run's latest checkpoint
+    assert (len(resumed.train_returns), resumed.env_steps) == (1, longer.total_steps)  # one more iteration
 
 
 def test_inverted_pendulum_learns_in_20k_steps(tmp_path):

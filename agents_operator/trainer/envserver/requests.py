@@ -79,7 +79,8 @@ def policy(
     inputs = math.prod(observation_shape)
     _layers("policy", parsed.policy, inputs, math.prod(action_shape))
     _layers("value", parsed.value, inputs, 1)
-    _array("log_std", parsed.log_std, action_shape)
+    state_dependent = (parsed.policy[-1][0].shape[0], *action_shape)  # gSDE's: (last hidden width, act_dim)
+    _array("log_std", parsed.log_std, state_dependent if parsed.log_std.ndim == 2 else action_shape)
     return parsed, normalizer
 
 

@@ -38,6 +38,11 @@ def minibatch_indices(config: TrainerConfig, batch_size: tf.Tensor, seed: tf.Ten
     return tf.reshape(orders, [config.epochs * per_epoch, size])
 
 
+def _per_batch(name: str, value: tf.Tensor) -> bool:
+    """Whether a batch field holds one value for the whole batch: a state-independent `log_std`."""
+    return name == "log_std" and value.shape.rank == 1
+
+
 def optimize(
     config: TrainerConfig, step: MinibatchStep, batch: dict[str, tf.Tensor], seed: tf.Tensor
 ) -> dict[str, tf.Tensor]:
@@ -54,7 +59,7 @@ def optimize(
     def body(index: tf.Tensor, totals: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         with tf.control_dependencies([index]):
             rows = indices[index]
-            minibatch = {name: v if name == "log_std" else tf.gather(v, rows) for name, v in batch.items()}
+            minibatch = {name: v if _per_batch(name, v) else tf.gather(v, rows) for name, v in batch.items()}
             train_op, metrics = step(minibatch)
         with tf.control_dependencies([train_op]):
             return index + 1, {name: total + tf.cast(metrics[name], tf.float64) for name, total in totals.items()}

@@ -20,8 +20,10 @@ def gaussian_log_prob(actions: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -
 
 
 def gaussian_entropy(log_std: tf.Tensor) -> tf.Tensor:
-    """Entropy of a diagonal Gaussian; the policy's std does not depend on the state."""
-    return tf.reduce_sum(log_std + 0.5 * math.log(2.0 * math.pi * math.e))
+    """Entropy of a diagonal Gaussian: of its (act_dim,) `log_std`, or the mean over a batch of per-sample
+    (batch, act_dim) ones when the std depends on the state."""
+    entropy = tf.reduce_sum(log_std + 0.5 * math.log(2.0 * math.pi * math.e), axis=-1)
+    return entropy if log_std.shape.rank == 1 else tf.reduce_mean(entropy)
 
 
 def gaussian_kl(old_mean: tf.Tensor, old_log_std: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:

@@ -1,5 +1,5 @@
-"""The Gaussian MLP policy with a learned, state-independent log standard deviation, and the value network,
-as TensorFlow variables and ops (for the update).
+"""The Gaussian MLP policy with a learned log standard deviation (state-independent, or gSDE's state-dependent
+one: `config.exploration`), and the value network, as TensorFlow variables and ops (for the update).
 
 Each network exists twice over the same weights: here, and as the numpy forward pass that acts
 (`policy.NumpyPolicy`, which `Networks.variables` lists the weights for).
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
+
+from agents_operator.trainer.ppo.policy import SDE_EPSILON
 
 if TYPE_CHECKING:
     from agents_operator.config import TrainerConfig
@@ -44,13 +46,24 @@ def mlp_variables(
     return layers
 
 
-def mlp_tf(x: tf.Tensor, layers: list, activation: str) -> tf.Tensor:
+def hidden_tf(x: tf.Tensor, layers: list, activation: str) -> tf.Tensor:
+    """The activations after every one of `layers` (a network's hidden layers)."""
     act = {"tanh": tf.tanh, "relu": tf.nn.relu}[activation]
-    for i, (kernel, bias) in enumerate(layers):
-        x = tf.matmul(x, kernel) + bias
-        if i < len(layers) - 1:
-            x = act(x)
+    for kernel, bias in layers:
+        x = act(tf.matmul(x, kernel) + bias)
     return x
+
+
+def mlp_tf(x: tf.Tensor, layers: list, activation: str) -> tf.Tensor:
+    *hidden, (kernel, bias) = layers
+    return tf.matmul(hidden_tf(x, hidden, activation), kernel) + bias
+
+
+def state_dependent_log_std_tf(latent: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
+    """`policy.state_dependent_log_std_np` in TensorFlow; no gradient reaches `latent` through it (gSDE
+    without learn_features: the std trains log_std only)."""
+    variance = tf.matmul(tf.square(tf.stop_gradient(latent)), tf.exp(2.0 * log_std)) + SDE_EPSILON
+    return 0.5 * tf.math.log(variance)
 
 
 @dataclass
@@ -66,11 +79,21 @@ class Networks:
         policy = mlp_variables(
             "policy", [obs_dim, *config.policy_layers, act_dim], _POLICY_HEAD_GAIN, config.orthogonal_init
         )
+        shape = [config.policy_layers[-1], act_dim] if config.exploration == "state_dependent" else [act_dim]
         log_std = tf.compat.v1.get_variable(
-            "policy/log_std", [act_dim], initializer=tf.compat.v1.constant_initializer(config.init_log_std)
+            "policy/log_std", shape, initializer=tf.compat.v1.constant_initializer(config.init_log_std)
         )
         value = mlp_variables("value", [obs_dim, *config.value_layers, 1], _VALUE_HEAD_GAIN, config.orthogonal_init)
         return cls(policy, log_std, value)
+
+    def gaussian(self, x: tf.Tensor, activation: str) -> tuple[tf.Tensor, tf.Tensor]:
+        """The policy's means for `x` and its log-std: `log_std` itself, or (batch, act_dim) when it depends on
+        the state (as `policy.NumpyPolicy.gaussian`)."""
+        if self.log_std.shape.rank == 1:
+            return mlp_tf(x, self.policy, activation), self.log_std
+        *hidden, (kernel, bias) = self.policy
+        latent = hidden_tf(x, hidden, activation)
+        return tf.matmul(latent, kernel) + bias, state_dependent_log_std_tf(latent, self.log_std)
 
     def variables(self) -> list[tf.Variable]:
         """All weights in a fixed order (the order `NumpyPolicy.from_values` expects)."""

@@ -25,13 +25,29 @@ import numpy as np
 Layer = tuple[np.ndarray, np.ndarray]  # (weights, bias)
 
 
+SDE_EPSILON = 1e-6
+"""Added to a state-dependent variance (as Stable-Baselines3's gSDE does), so that its log stays finite where
+the policy's last hidden layer is all zero."""
+
+
+def hidden_np(x: np.ndarray, layers: list[Layer], activation: str) -> np.ndarray:
+    """The activations after every one of `layers` (a network's hidden layers)."""
+    for kernel, bias in layers:
+        x = x @ kernel + bias
+        x = np.tanh(x) if activation == "tanh" else np.maximum(x, 0.0)
+    return x
+
+
 def mlp_np(x: np.ndarray, layers: list[Layer], activation: str) -> np.ndarray:
     """The same network as `networks.mlp_tf`, in numpy."""
-    for i, (kernel, bias) in enumerate(layers):
-        x = x @ kernel + bias
-        if i < len(layers) - 1:
-            x = np.tanh(x) if activation == "tanh" else np.maximum(x, 0.0)
-    return x
+    *hidden, (kernel, bias) = layers
+    return hidden_np(x, hidden, activation) @ kernel + bias
+
+
+def state_dependent_log_std_np(latent: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """gSDE's log-std per sample and action dimension: log sqrt(latent^2 exp(2 log_std) + SDE_EPSILON), with
+    `latent` (rows, L) the policy's last hidden layer and `log_std` (L, act_dim)."""
+    return (0.5 * np.log(np.square(latent) @ np.exp(2.0 * log_std) + SDE_EPSILON)).astype(np.float32)
 
 
 def mlp_rounded_once(x: np.ndarray, layers64: list[Layer], activation: str) -> np.ndarray:
@@ -41,7 +57,11 @@ def mlp_rounded_once(x: np.ndarray, layers64: list[Layer], activation: str) -> n
 
 @dataclass
 class NumpyPolicy:
-    """A snapshot of the networks' weights that acts without TensorFlow."""
+    """A snapshot of the networks' weights that acts without TensorFlow.
+
+    Its `log_std` is (act_dim,) for a state-independent Gaussian, or (L, act_dim) for a state-dependent one
+    (`config.exploration`), L the width of the policy's last hidden layer: the shape says which.
+    """
 
     policy: list[Layer]
     log_std: np.ndarray
@@ -67,10 +87,23 @@ class NumpyPolicy:
         rounded once from float64 (see the module docstring)."""
         return mlp_rounded_once(obs, self._policy64, self.activation)
 
+    @property
+    def state_dependent(self) -> bool:
+        return self.log_std.ndim == 2
+
+    def gaussian(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The Gaussian's means for `obs` and its log-std: `log_std` itself, or (rows, act_dim) when it depends
+        on the state (float32 forward pass)."""
+        if not self.state_dependent:
+            return mlp_np(obs, self.policy, self.activation), self.log_std
+        *hidden, (kernel, bias) = self.policy
+        latent = hidden_np(obs, hidden, self.activation)
+        return latent @ kernel + bias, state_dependent_log_std_np(latent, self.log_std)
+
     def log_prob(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """log pi(actions | obs) under this policy, float32 (the forward pass of `act`)."""
-        mean = mlp_np(obs, self.policy, self.activation)
-        return gaussian_log_prob_np((actions - mean) * np.exp(-self.log_std), self.log_std)
+        mean, log_std = self.gaussian(obs)
+        return gaussian_log_prob_np((actions - mean) * np.exp(-log_std), log_std)
 
     def value_of(self, obs: np.ndarray) -> np.ndarray:
         return mlp_np(obs, self.value, self.activation)[..., 0]
@@ -78,10 +111,14 @@ class NumpyPolicy:
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions a ~ N(mean(obs), exp(log_std)^2) drawn as mean(obs) + exp(log_std) * noise from standard
         normal `noise`, their log-probabilities and the Gaussian means. Samplers draw a rollout's noise up
-        front, so that where and in which order its rows are acted on does not change the actions."""
-        mean = mlp_np(obs, self.policy, self.activation)
-        actions = mean + np.exp(self.log_std) * noise
-        return actions, gaussian_log_prob_np(noise, self.log_std), mean
+        front, so that where and in which order its rows are acted on does not change the actions.
+
+        State-dependent, this is gSDE with new exploration weights every step: with theta (L, act_dim) drawn
+        from N(0, exp(log_std)^2), the noise latent @ theta is N(0, latent^2 exp(2 log_std)) in each action
+        dimension, independently, which is what std(obs) * noise draws."""
+        mean, log_std = self.gaussian(obs)
+        actions = mean + np.exp(log_std) * noise
+        return actions, gaussian_log_prob_np(noise, log_std), mean
 
 
 def gaussian_log_prob_np(noise: np.ndarray, log_std: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ class Batch:
     actions: np.ndarray  # sampled, before clipping to the action bounds
     log_probs: np.ndarray
     means: np.ndarray  # the acting policy's Gaussian means (for the exact KL)
-    log_std: np.ndarray  # the acting policy's log-std, (act_dim,)
+    log_std: np.ndarray  # the acting policy's log-std, (act_dim,), or (B, act_dim) when state-dependent
     values: np.ndarray
     advantages: np.ndarray
     returns: np.ndarray
@@ -71,12 +71,13 @@ def to_batch(
         config.discount,
         config.gae_lambda,
     )
+    observations = acting.reshape(steps * n, -1)
     batch = Batch(
-        observations=acting.reshape(steps * n, -1),
+        observations=observations,
         actions=rollout.actions.reshape(steps * n, -1),
         log_probs=rollout.log_probs.reshape(-1),
         means=rollout.means.reshape(steps * n, -1),
-        log_std=policy.log_std.astype(np.float32),
+        log_std=(policy.gaussian(observations)[1] if policy.state_dependent else policy.log_std).astype(np.float32),
         values=rollout.values.reshape(-1),
         advantages=advantages.reshape(-1),
         returns=value_targets.reshape(-1),

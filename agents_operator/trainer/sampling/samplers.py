@@ -57,7 +57,7 @@ class _Sampling(abc.ABC):
 
     def noise(self, policy: NumpyPolicy) -> np.ndarray:
         """A rollout's standard normal noise, (rollout_steps, num_envs, act_dim), from the sampler's generator."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[0])
+        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[-1])
         return self.rng.standard_normal(shape, dtype=np.float32)
 
 

@@ -80,3 +80,20 @@ def test_rendering_more_than_the_server_may_hold_is_refused() -> None:
         pytest.raises(EnvServerError, match=r"INVALID_ARGUMENT: Render: render: .* max_render_bytes 10485760"),
     ):
         remote.run_episodes(policy, normalizer(), 1, 0, on_frame=lambda frame: None)
+
+
+def test_a_state_dependent_log_std_is_served_when_it_fits_the_last_hidden_layer() -> None:
+    """gSDE's log-std, (last hidden width, act_dim): a rollout is collected with it; another shape is refused."""
+    with serving("Pendulum-v1", 1) as address:
+        raw = Raw(address)
+        collect = {**evaluation(1), "session": raw.call("Reset", {})["session"], "noise": np.zeros((3, 1, 1))}
+        weights = list(collect["weights"])
+        at = 2 * collect["num_policy_layers"]  # the log-std, after the policy's kernels and biases
+        width = weights[at - 2].shape[0]
+        weights[at] = np.full((width, 1), -1.0, np.float32)
+        rollout = raw.call("Collect", {**collect, "weights": weights})
+        assert rollout["rewards"].shape == (3, 1)
+        weights[at] = np.full((width + 1, 1), -1.0, np.float32)
+        assert f"log_std: shape ({width + 1}, 1), expected ({width}, 1)" in refusal(
+            raw, "Collect", {**collect, "weights": weights}
+        )

@@ -74,6 +74,20 @@ def test_gaussian_log_prob_entropy_and_kl(run):
     assert kl[0] == pytest.approx(math.log(2.0) + 2.0 / 8.0 - 0.5)
 
 
+def test_a_state_dependent_gaussian_has_per_sample_log_probs_kl_and_the_mean_entropy(run):
+    """gSDE's std differs per sample: log N and the KL take a (batch, act_dim) log-std, the entropy is the
+    batch's mean of each sample's."""
+    log_std = [[0.0, math.log(2.0)], [math.log(0.5), 0.0]]
+    log_prob = run(losses.gaussian_log_prob, [[1.0, -2.0], [1.0, -2.0]], [[0.0, 0.0], [0.0, 0.0]], log_std)
+    per_dim = -0.5 * np.square(np.array([[1.0, -1.0], [2.0, -2.0]])) - np.array(log_std) - 0.5 * math.log(2 * math.pi)
+    np.testing.assert_allclose(log_prob, per_dim.sum(axis=1), rtol=1e-6)
+    entropy = run(losses.gaussian_entropy, log_std)
+    each = [math.log(2.0) + math.log(2 * math.pi * math.e), math.log(0.5) + math.log(2 * math.pi * math.e)]
+    assert entropy == pytest.approx(np.mean(each))
+    kl = run(losses.gaussian_kl, [[0.0], [0.0]], [[0.0], [math.log(2.0)]], [[1.0], [1.0]], [[math.log(2.0)], [0.0]])
+    np.testing.assert_allclose(kl, [math.log(2.0) + 2.0 / 8.0 - 0.5, -math.log(2.0) + 5.0 / 2.0 - 0.5], rtol=1e-6)
+
+
 def test_approx_kl(run):
     log_ratio = [0.1, -0.2]
     expected = np.mean(np.exp(log_ratio) - 1.0 - np.array(log_ratio))

@@ -65,3 +65,25 @@ def test_the_graphs_forward_pass_is_numpys(activation):
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         got = session.run(mlp_tf(tf.constant(x), [(tf.constant(k), tf.constant(b)) for k, b in layers], activation))
     np.testing.assert_allclose(got, mlp_np(x, layers, activation), rtol=1e-5, atol=1e-5)
+
+
+def test_a_state_dependent_log_std_is_one_per_last_hidden_unit_and_action_and_acts_as_numpys():
+    config = TrainerConfig(policy_layers=[32, 16], value_layers=[8], init_log_std=-2.0, exploration="state_dependent")
+    x = np.random.default_rng(1).normal(size=(64, OBS)).astype(np.float32)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        networks = Networks.create(OBS, ACT, config)
+        session.run(tf.compat.v1.global_variables_initializer())
+        values = session.run(networks.variables())
+        mean, log_std = networks.gaussian(tf.constant(x), config.activation)
+        hidden = [v for layer in networks.policy[:-1] for v in layer]
+        gradients = tf.gradients(tf.reduce_sum(log_std), [*hidden, networks.log_std, *networks.policy[-1]])
+        got_mean, got_log_std = session.run([mean, log_std])
+    policy = NumpyPolicy.from_values(values, len(config.policy_layers) + 1, config.activation)
+    assert policy.log_std.shape == (16, ACT) and (policy.log_std == -2.0).all()
+    want_mean, want_log_std = policy.gaussian(x)
+    np.testing.assert_allclose(got_mean, want_mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_log_std, want_log_std, rtol=1e-5, atol=1e-5)
+    # The std trains log_std alone: no gradient reaches the hidden layers (gSDE without learn_features) and
+    # none the mean's head.
+    assert all(g is None for g in gradients[: len(hidden)]) and gradients[len(hidden)] is not None
+    assert gradients[-2:] == [None, None]

@@ -6,7 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from agents_operator.trainer.ppo.policy import NumpyPolicy, gaussian_log_prob_np, mlp_np, mlp_rounded_once
+from agents_operator.trainer.ppo.policy import (
+    SDE_EPSILON,
+    NumpyPolicy,
+    gaussian_log_prob_np,
+    mlp_np,
+    mlp_rounded_once,
+)
 
 OBS, ACT = 4, 2
 
@@ -86,3 +92,46 @@ def test_log_prob_is_what_act_gave_for_the_actions_it_sampled():
     actions, log_probs, _ = policy.act(observations, noise)
     np.testing.assert_allclose(policy.log_prob(observations, actions), log_probs, rtol=1e-5, atol=1e-5)
     assert policy.log_prob(observations, actions).dtype == np.float32
+
+
+def state_dependent_policy(seed: int = 0) -> NumpyPolicy:
+    """`random_policy` with gSDE's log-std: one per unit of the last hidden layer (8) and action dimension."""
+    policy = random_policy(seed=seed)
+    log_std = np.random.default_rng(seed + 1).normal(-1.0, 0.5, size=(8, ACT)).astype(np.float32)
+    return NumpyPolicy(policy.policy, log_std, policy.value, policy.activation)
+
+
+def test_a_state_dependent_std_is_gsdes_of_the_last_hidden_layer():
+    policy = state_dependent_policy()
+    obs = np.random.default_rng(2).normal(size=(16, OBS)).astype(np.float32)
+    mean, log_std = policy.gaussian(obs)
+    latent = np.tanh(obs.astype(np.float64) @ policy.policy[0][0] + policy.policy[0][1])
+    variance = np.square(latent) @ np.exp(2.0 * policy.log_std.astype(np.float64)) + SDE_EPSILON
+    assert policy.state_dependent and not random_policy().state_dependent
+    assert log_std.shape == (16, ACT) and log_std.dtype == np.float32
+    np.testing.assert_allclose(log_std, 0.5 * np.log(variance), rtol=1e-5)
+    np.testing.assert_allclose(mean, mlp_np(obs, policy.policy, "tanh"))
+    np.testing.assert_array_equal(policy.mean(obs), random_policy().mean(obs))  # the deterministic action
+
+
+def test_state_dependent_actions_are_distributed_as_exploration_weights_drawn_every_step():
+    """gSDE: a = mean(s) + latent(s) @ theta, theta (L, act_dim) ~ N(0, exp(log_std)^2), drawn anew per step.
+    Sampled that way for one state, the actions have the std that `act` samples with."""
+    policy = state_dependent_policy()
+    obs = np.random.default_rng(3).normal(size=(1, OBS)).astype(np.float32)
+    latent = np.tanh(obs @ policy.policy[0][0] + policy.policy[0][1])
+    theta = np.random.default_rng(4).normal(size=(40_000, 8, ACT)) * np.exp(policy.log_std)
+    sampled_std = np.einsum("l,nla->na", latent[0], theta).std(axis=0)
+    np.testing.assert_allclose(sampled_std, np.exp(policy.gaussian(obs)[1][0]), rtol=0.02)
+
+
+def test_state_dependent_log_probs_are_the_gaussians_of_the_states_std():
+    policy = state_dependent_policy()
+    rng = np.random.default_rng(5)
+    obs, noise = rng.normal(size=(16, OBS)).astype(np.float32), rng.normal(size=(16, ACT)).astype(np.float32)
+    actions, log_probs, means = policy.act(obs, noise)
+    std = np.exp(policy.gaussian(obs)[1].astype(np.float64))
+    np.testing.assert_allclose(actions, means + std * noise, rtol=1e-5, atol=1e-6)
+    density = np.exp(-0.5 * ((actions - means) / std) ** 2) / (std * math.sqrt(2 * math.pi))
+    np.testing.assert_allclose(log_probs, np.log(density).sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(policy.log_prob(obs, actions), log_probs, rtol=1e-5, atol=1e-5)
