@@ -104,7 +104,10 @@ class Namespace:
             status = pod.get("status") or {}
             states = {c["name"]: c.get("state") for c in status.get("containerStatuses") or []}
             lines.append(f"pod {name}: {status.get('phase')} {json.dumps(states)}")
-        lines += [f"event {e.get('reason')}: {e.get('message')}" for e in self.events(job)]
+        lines += [
+            f"event {e.get('reason')} at {e.get('firstTimestamp')} by {e.get('reportingInstance')}: {e.get('message')}"
+            for e in sorted(self.events(job), key=lambda e: e.get("firstTimestamp") or "")
+        ]
         return "\n".join(lines)
 
     def provide_volume(self, host_dir: Path, size: str = "1Gi") -> Path:
