@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agents_operator import api, chiefmetrics, metrics_reader, naming, podview, reconcile, render
-from agents_operator.jobrecord import MEMORY_SECONDS, JobMemory, JobRecord
+from agents_operator.jobrecord import MEMORY_SECONDS, JobMemory, JobRecord, caught_up
 from agents_operator.kube import ApiError, Executed, Kube, PlanInterrupted
+from agents_operator.peering import PeeringGate
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,15 @@ def _all(index: Index | None, key: Key) -> list:
 class Controller:
     """Reconciles jobs: serialised per job, coalesced, retried, with metrics."""
 
-    def __init__(self, kube: Kube, options: ControllerOptions | None = None, metrics: Any = None):
+    def __init__(
+        self,
+        kube: Kube,
+        options: ControllerOptions | None = None,
+        metrics: Any = None,
+        peers: PeeringGate | None = None,
+    ):
         self.kube = kube
+        self.peers = peers
         self.options = options or ControllerOptions()
         self.metrics = metrics
         self.indexes: dict[str, Index] = {}
@@ -190,7 +198,7 @@ class Controller:
             started = time.perf_counter()
             plan = await self.plan(job, pods, services, deployments, rec.memory.desired)
             if plan.actions and log.isEnabledFor(logging.DEBUG):  # a large job's plan is thousands of actions
-                log.debug("%s/%s: %s", *key, ", ".join(_describe_action(a) for a in plan.actions))
+                log.debug("%s/%s: %s", *key, ", ".join(reconcile.describe_action(a) for a in plan.actions))
             outcome = await self._execute(key, rec, job, plan)
             if self.metrics:
                 self.metrics.observe(plan, outcome, time.perf_counter() - started)
@@ -250,7 +258,7 @@ class Controller:
         indexed_status = job.get("status") or {}
         if memory.written_status is not None:
             stale = time.monotonic() - memory.written_at > MEMORY_SECONDS
-            if stale or _same_status(indexed_status, memory.written_status):
+            if stale or caught_up(indexed_status, memory.written_status):
                 memory.written_status = None
             else:
                 job["status"] = copy.deepcopy(memory.written_status)
@@ -307,16 +315,22 @@ class Controller:
 
     # --- background triggers -------------------------------------------------------------------------------
 
-    def kick(self, key: Key) -> None:
-        """Reconcile the job soon, in the background; many kicks while one runs cause one more run."""
+    def kick(self, key: Key, watched: bool = True) -> None:
+        """Reconcile the job soon, in the background; many kicks while one runs cause one more run. `watched`:
+        a watch event asked (kopf delivers those only while this replica serves); else the peering is asked."""
         rec = self.record(key)
         rec.dirty = True
+        rec.watched = rec.watched or watched
         if rec.task is None or rec.task.done():
             rec.task = asyncio.get_running_loop().create_task(self._drain(key, rec), name=f"reconcile {key}")
 
     async def _drain(self, key: Key, rec: JobRecord) -> None:
         try:
             while rec.dirty:
+                if not (rec.watched or await self.serves(key) or rec.watched):  # a watch may kick meanwhile
+                    rec.dirty = False
+                    break
+                rec.watched = False
                 try:
                     await self.reconcile(key)
                 except Exception as err:  # one job's trouble never stops the operator
@@ -324,6 +338,10 @@ class Controller:
         finally:
             rec.task = None
             self._drop(key, rec)
+
+    async def serves(self, key: Key) -> bool:
+        """Whether this replica serves the job's namespace now (peering; always when standalone)."""
+        return self.peers is None or await self.peers.serves(key[0])
 
     def back_off(self, key: Key, err: BaseException) -> None:
         """A reconcile failed: try again later, twice as late after each failure in a row (up to max_backoff)."""
@@ -349,7 +367,7 @@ class Controller:
         rec = self.jobs.get(key)
         if rec is not None:
             rec.wakeup = None
-        self.kick(key)
+        self.kick(key, watched=False)
 
     async def shutdown(self) -> None:
         tasks = []
@@ -370,13 +388,13 @@ class Controller:
         while True:
             await asyncio.sleep(self.options.resync_interval)
             for key in list((self.indexes.get(INDEX_JOBS) or {}).keys()):
-                self.kick(key)
+                self.kick(key, watched=False)
 
     async def progress_loop(self) -> None:
         """Every progress_interval: read the progress of the running jobs (`read_progress` skips the others)."""
         while True:
             await asyncio.sleep(self.options.progress_interval)
-            keys = list((self.indexes.get(INDEX_JOBS) or {}).keys())
+            keys = [key for key in list((self.indexes.get(INDEX_JOBS) or {}).keys()) if await self.serves(key)]
             await asyncio.gather(*(self.read_progress(key) for key in keys), return_exceptions=True)
 
     # --- progress ------------------------------------------------------------------------------------------
@@ -422,26 +440,6 @@ class Refused(Exception):
         self.refusals = refusals
         names = ", ".join(f"{r.kind.lower()} {r.name}" for r in refusals)
         super().__init__(f"the API server refused {names}: {refusals[0].message}")
-
-
-def _same_status(indexed: dict, written: dict) -> bool:
-    """Whether the watch has caught up with our write (progress is written separately, so it is ignored)."""
-    strip = {"progress"}
-    return {k: v for k, v in indexed.items() if k not in strip} == {k: v for k, v in written.items() if k not in strip}
-
-
-def _describe_action(action: reconcile.Action) -> str:
-    match action:
-        case reconcile.Create():
-            return f"create {action.kind} {action.name}"
-        case reconcile.Delete(kind=kind, name=name):
-            return f"delete {kind} {name}"
-        case reconcile.MarkCounted(pod=pod, restarts=n):
-            return f"mark {pod} counted ({n})"
-        case reconcile.WriteStatus(patch=patch):
-            return f"write status {sorted(patch)}"
-        case _:
-            return type(action).__name__
 
 
 def _brief(err: BaseException) -> str:

@@ -39,6 +39,8 @@ class JobRecord:
     memory: JobMemory = field(default_factory=JobMemory)
     dirty: bool = False
     """Kicked since the last reconcile began: run once more."""
+    watched: bool = False
+    """A watch event was among those kicks: no need to ask the peering whether this replica serves."""
     task: asyncio.Task | None = None
     """The task that reconciles the job while it is dirty."""
     wakeup: asyncio.TimerHandle | None = None
@@ -52,3 +54,9 @@ class JobRecord:
     @property
     def busy(self) -> bool:
         return self.users > 0 or (self.task is not None and not self.task.done())
+
+
+def caught_up(indexed: dict, written: dict) -> bool:
+    """Whether the watch has caught up with our status write (progress is written separately, so it is ignored)."""
+    strip = {"progress"}
+    return {k: v for k, v in indexed.items() if k not in strip} == {k: v for k, v in written.items() if k not in strip}

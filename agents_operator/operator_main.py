@@ -26,6 +26,7 @@ from agents_operator.controller import PROGRESS_INTERVAL, RESYNC_INTERVAL, Contr
 from agents_operator.handlers import register
 from agents_operator.kube import CALLER_THREADS, Executed, Kube
 from agents_operator.metrics_server import MetricsServer
+from agents_operator.peering import PeeringGate, own_identity
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,13 @@ def peering_priority(options: OperatorOptions) -> int:
     return 1 + zlib.crc32(instance.encode()) % 1_000_000
 
 
+def peering_gate(options: OperatorOptions, kube: Kube) -> PeeringGate | None:
+    """What the controller's own loops ask before acting (see `peering`); kopf is given the same identity."""
+    if not options.peering:
+        return None
+    return PeeringGate(kube, options.peering, own_identity(), peering_priority(options), options.all_namespaces)
+
+
 def build(options: OperatorOptions, kube: Kube | None = None) -> tuple[kopf.OperatorRegistry, Controller]:
     """A registry with every handler, and the controller behind them."""
     kube = kube or Kube.connect(options.kubeconfig, options.context, options.host, timeout=options.request_timeout)
@@ -201,6 +209,7 @@ def build(options: OperatorOptions, kube: Kube | None = None) -> tuple[kopf.Oper
             resync_interval=options.resync_interval,
         ),
         metrics=OperatorMetrics(),
+        peers=peering_gate(options, kube),
     )
     registry = kopf.OperatorRegistry()
     register(registry, controller)
@@ -247,6 +256,7 @@ async def serve(
             standalone=not options.peering,
             peering_name=options.peering,
             priority=peering_priority(options) if options.peering else 0,
+            identity=controller.peers.identity if controller.peers else None,
             liveness_endpoint=options.liveness,
             stop_flag=stop_flag,
             ready_flag=ready_flag,

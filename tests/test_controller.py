@@ -335,7 +335,7 @@ async def test_progress_is_read_on_its_own_interval_apart_from_resyncs(monkeypat
         read.append(key)
 
     monkeypatch.setattr(controller, "read_progress", fake_read)
-    monkeypatch.setattr(controller, "kick", lambda key: pytest.fail("resynced on the progress interval"))
+    monkeypatch.setattr(controller, "kick", lambda key, **_: pytest.fail("resynced on the progress interval"))
     loops = [asyncio.create_task(controller.progress_loop()), asyncio.create_task(controller.resync_loop())]
     await asyncio.sleep(0.2)
     for loop in loops:

@@ -26,6 +26,7 @@ from agents_operator.reconcile.actions import (
     Plan,
     Refusal,
     WriteStatus,
+    describe_action,
 )
 from agents_operator.reconcile.observe import Desired, DesiredCache
 from agents_operator.reconcile.steps import plan, refused
@@ -46,6 +47,7 @@ __all__ = [
     "Plan",
     "Refusal",
     "WriteStatus",
+    "describe_action",
     "plan",
     "refused",
 ]

@@ -63,6 +63,21 @@ class DeleteJob:
 Action = Create | Delete | MarkCounted | WriteStatus | DeleteJob
 
 
+def describe_action(action: Action) -> str:
+    """One line for the debug log: a large job's plan is thousands of these."""
+    match action:
+        case Create():
+            return f"create {action.kind} {action.name}"
+        case Delete(kind=kind, name=name):
+            return f"delete {kind} {name}"
+        case MarkCounted(pod=pod, restarts=n):
+            return f"mark {pod} counted ({n})"
+        case WriteStatus(patch=patch):
+            return f"write status {sorted(patch)}"
+        case _:
+            return type(action).__name__
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A child the API server refused to create (admission such as a quota or a policy, or validation)."""

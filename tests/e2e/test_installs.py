@@ -8,6 +8,7 @@ they run their own, since two operators must never serve one namespace.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from agents_operator.kube import Kube
+from agents_operator.peering import PeeringGate
 from tests.e2e import installs
 from tests.e2e.cluster import Cluster, wait_for
 from tests.e2e.conftest import KUBECONFIG
@@ -138,6 +140,11 @@ def test_chart_with_peering_serves_from_one_replica_and_fails_over(kube, own_ope
         created = [op.metric("agents_operator_children_created_total") for op in replicas]
         assert sorted(created) == [0, 8], created  # 3 pods, 3 Services, the NetworkPolicy and the ConfigMap, by one
         active, standby = (replicas[0], replicas[1]) if created[0] else (replicas[1], replicas[0])
+        # what the replicas' own loops ask (resync, progress, retries) reads kopf's records as kopf does
+        peers = kube.request("GET", peering)["status"]
+        for op, serving in ((active, True), (standby, False)):
+            gate = PeeringGate(kube, release, op.pod_name, peers[op.pod_name]["priority"], clusterwide=True)
+            assert asyncio.run(gate.serves(namespace)) is serving, (op.pod_name, peers)
         active.stop()  # a rollout or a drained node: the standby takes over
         cluster.kube.delete("Pod", namespace, "pj-ps-0")  # only a serving operator replaces it
         wait_for(lambda: "pj-ps-0" in cluster.live_pods(), 90, "the standby replaced the pod")
