@@ -208,17 +208,17 @@ class _Run:
             done = step(state, self.sampler, self.learner, config, self.rng)
         except distributed.LOST_CONNECTION as error:
             return self._reconnect(error)
-        state = done.state
+        before, state = state.iterations, done.state
         _share_statistics(self.env, state)
         result.sampling_steps += done.steps
         result.collect_seconds.append(done.sampling_seconds)
         result.update_seconds.append(done.update_seconds)
         result.simulation_shares.append(simulation_share(self.sampler.simulation_seconds, done.sampling_seconds))
         finished = _finished(state, config)
-        if self.chief and config.eval_every and state.iterations % config.eval_every == 0 and not finished:
+        if self.chief and _due(before, state.iterations, config.eval_every) and not finished:
             self.sampler.settle()  # the evaluation plays on the environments' processes or servers
             self.outputs.evaluate(state, self.env.observations)
-        if self.chief and (state.iterations % config.checkpoint_every == 0 or finished):
+        if self.chief and (_due(before, state.iterations, config.checkpoint_every) or finished):
             try:  # the checkpoint reads every variable from the ps: it may be lost meanwhile too
                 saved = checkpoints.save(self.learner, self.logdir, state.iterations)
             except distributed.LOST_CONNECTION as error:
@@ -298,6 +298,12 @@ def _ps_share(timings: dict[str, float]) -> float:
     """Share of an update spent with the shared variables rather than on the local epochs."""
     shared = timings["ps_seconds"] + timings["finish_seconds"]
     return shared / (shared + timings["epochs_seconds"])
+
+
+def _due(before: int, after: int, every: int) -> bool:
+    """Whether the shared iteration counter passed a multiple of `every` (0: never) since the chief's last
+    iteration. Async workers move it too, so the chief may never land on a multiple itself."""
+    return every > 0 and after // every > before // every
 
 
 def _finished(state: LearnerState, config: TrainerConfig) -> bool:

@@ -230,3 +230,13 @@ def test_inverted_pendulum_learns_in_20k_steps(tmp_path):
     assert steps == 20_480
     assert random_return < 100
     assert trained_return > 500, (trained_return, random_return)
+
+
+def test_the_chief_evaluates_and_checkpoints_at_every_multiple_the_shared_counter_passes():
+    """Async workers move the shared iteration counter too: in a 1 ps + 2 worker hopper job the chief's own
+    iterations saw 1, 3, 5, ... and never landed on a multiple of eval_every, so it evaluated only at the end."""
+    chief_sees = list(range(1, 246, 2))  # the counter after each of the chief's iterations, another worker between
+    due = [after for before, after in zip([0, *chief_sees], chief_sees, strict=False) if loop._due(before, after, 20)]
+    assert due == [21, 41, 61, 81, 101, 121, 141, 161, 181, 201, 221, 241]
+    assert [n for n in range(1, 61) if loop._due(n - 1, n, 20)] == [20, 40, 60]  # one worker: every 20th, as before
+    assert not any(loop._due(n - 1, n, 0) for n in range(1, 50))  # eval_every 0: never
