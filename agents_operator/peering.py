@@ -84,6 +84,8 @@ class PeeringGate:
         self.clock, self.now = clock, now
         self.answers: dict[str, tuple[float, bool]] = {}
         self.failing: set[str] = set()
+        self.reading: dict[str, asyncio.Task] = {}
+        """The read in flight per object: a resync kicks every job at once, and they share one GET."""
 
     def path(self, namespace: str) -> str:
         if self.clusterwide:
@@ -95,6 +97,12 @@ class PeeringGate:
         read_at, answer = self.answers.get(path, (None, True))
         if read_at is not None and self.clock() - read_at < CACHE_SECONDS:
             return answer
+        if path not in self.reading:
+            self.reading[path] = asyncio.ensure_future(self._read(path, answer))
+            self.reading[path].add_done_callback(lambda _: self.reading.pop(path, None))
+        return await asyncio.shield(self.reading[path])
+
+    async def _read(self, path: str, answer: bool) -> bool:
         try:
             body = await asyncio.to_thread(self.kube.request, "GET", path)
         except ApiError as err:

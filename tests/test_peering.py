@@ -140,3 +140,11 @@ def test_the_identity_given_to_kopf_is_the_pods_name(monkeypatch):
     assert peering.own_identity() == "agents-operator-7d9f-abcde"
     monkeypatch.delenv("POD_ID")
     assert peering.own_identity() != peering.own_identity()  # outside a pod: unique per start, as kopf makes it
+
+
+async def test_jobs_that_ask_at_once_share_one_read():
+    clock = [0.0]
+    kube = FakeKube([{"status": {"other": peer(20)}}])
+    g = gate(kube, clock)
+    answers = await asyncio.gather(*(g.serves("ns") for _ in range(50)))  # a resync kicks every job at once
+    assert answers == [False] * 50 and len(kube.paths) == 1
