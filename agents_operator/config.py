@@ -123,6 +123,14 @@ class TrainerConfig(BaseModel):
         "every step): sqrt(sum_j phi_j(s)^2 exp(2 log_std_jk) + 1e-6) for action k, phi the policy's last "
         "hidden layer (its gradient stops there); init_log_std starts every log_std_jk.",
     )
+    exploration_hold: int = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="With state_dependent exploration: the steps each environment keeps its exploration weights "
+        "(gSDE's sde_sample_freq; new ones are drawn every that many steps and at every rollout's start), so that "
+        "the noise latent @ weights changes with the state only in between. 1: new weights every step.",
+    )
     orthogonal_init: bool = Field(
         True, description="Orthogonal weight init (gain sqrt 2 hidden, 0.01 policy head, 1 value head)."
     )
@@ -175,6 +183,15 @@ class TrainerConfig(BaseModel):
             raise ValueError(
                 f"minibatches ({self.minibatches}) must divide envs_per_worker x rollout_steps "
                 f"({self.envs_per_worker} x {self.rollout_steps} = {batch})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _held_weights_are_state_dependent(self) -> TrainerConfig:
+        if self.exploration_hold > 1 and self.exploration != "state_dependent":
+            raise ValueError(
+                f"exploration_hold ({self.exploration_hold}) holds gSDE's exploration weights: it needs "
+                "exploration: state_dependent"
             )
         return self
 

@@ -219,8 +219,8 @@ def identical(config: TrainerConfig) -> dict[str, Any]:
         "vf_coef": config.value_coef / 2,  # SB3: vf_coef x mean squared error; the trainer: value_coef x half of it
         "max_grad_norm": math.inf if config.max_grad_norm is None else config.max_grad_norm,
     }
-    if config.exploration == "state_dependent":  # SB3's gSDE (full_std, no learn_features), new weights every step
-        ppo.update({"use_sde": True, "sde_sample_freq": 1})
+    if config.exploration == "state_dependent":  # SB3's gSDE (full_std, no learn_features), weights held as ours
+        ppo.update({"use_sde": True, "sde_sample_freq": config.exploration_hold})
     policy = {
         "net_arch": {"pi": config.policy_layers, "vf": config.value_layers},
         "activation": config.activation,

@@ -26,6 +26,7 @@ from agents_operator.exported import policy as exported_policy
 from agents_operator.trainer import checkpoints, export
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import Act, LocalEpisodes, OnFrame, Played
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envserver import client
 from agents_operator.trainer.envserver.client import RemoteBatchEnv
@@ -109,4 +110,4 @@ def collect(directory: Path, env_servers: list[str], steps: int, seed: int) -> R
         env.reset()
         shape = (steps, env.num_envs, *env.action_shape)
         noise = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
-        return env.collect(numpy_policy, observations, noise)
+        return env.collect(numpy_policy, observations, Noise.per_step(noise))

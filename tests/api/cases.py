@@ -225,6 +225,7 @@ BAD = [
     Bad("spec.trainer.discount", 1.5, "spec.trainer.discount", "Input should be less than or equal to 1"),
     Bad("spec.trainer.mode", "eventually", "spec.trainer.mode", "must be one of"),
     Bad("spec.trainer.minibatches", 7, "spec.trainer", "minibatches (7) must divide", only_validate=PRESET),
+    Bad("spec.trainer.explorationHold", 4, "spec.trainer", "exploration_hold (4) holds gSDE's", only_validate=PRESET),
     Bad("spec.trainer.learning_rat", 1.0, "spec.trainer.learning_rat", "unknown field"),
     Bad("spec.replicas", 3, "spec.replicas", "unknown field"),
     Bad("spec.runPolicy.cleanPodPolicy", "Some", "spec.runPolicy.cleanPodPolicy", "must be one of"),

@@ -22,6 +22,7 @@ from tests.trainer.cli import run, usage_error
         (["--config", "pendulum", "--set", "learning_rate=-1"], "learning_rate: Input should be greater than 0"),
         (["--config", "pendulum", "--set", "policy_layers=[64, 0]"], "policy_layers.1: Input should be greater"),
         (["--config", "pendulum", "--set", "minibatches=7"], "minibatches (7) must divide"),
+        (["--config", "pendulum", "--set", "exploration_hold=4"], "exploration_hold (4) holds gSDE's exploration"),
         (["--config", "pendulum", "--set", "epochs=[1"], "--set epochs: '[1' is not a YAML value"),
         ([], "--config PRESET is required to start a run"),
         (["--config", "pendulum", "--set", "env_id=Nope-v0"], "env_id 'Nope-v0': Environment `Nope` doesn't exist"),

@@ -3,7 +3,8 @@
 - `types`: what every batch shares: `StepResult`, `EnvProcessError`, `BatchChecks`.
 - `make`: one environment (`make_env`) and the CPUs a batch may use.
 - `rollout`: the one sampling loop (`run`) and what it returns (`Rollout`), run in the trainer, in worker
-  processes and in env servers; `policy_message`: the policy as plain values, for whatever acts elsewhere.
+  processes and in env servers; `policy_message`: the policy as plain values, for whatever acts elsewhere;
+  `noise`: a rollout's exploration noise, drawn up front (per step, or gSDE's weights held for some steps).
 - `batch`: `BatchEnv`, the batch stepped by worker subprocesses (the parent's side); `worker`: what runs in
   those processes; `messages`: what the two say to each other; `shared`: the memory both sides share.
   (`envserver.client.RemoteBatchEnv`, above this package, has the same interface for env servers.)

@@ -51,6 +51,7 @@ from agents_operator.trainer.envs import messages
 from agents_operator.trainer.envs.episodes import Played
 from agents_operator.trainer.envs.make import usable_cpus
 from agents_operator.trainer.envs.messages import Attach, Collect, Episode, Failure, Kind, Start, encode
+from agents_operator.trainer.envs.noise import Noise, check_noise
 from agents_operator.trainer.envs.policy_message import policy_message
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
@@ -176,7 +177,7 @@ class BatchEnv(BatchChecks):
         return self._shared.rows(worker.envs.start, worker.envs.stop).result(returns, lengths)
 
     def collect(
-        self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None = None
+        self, policy: NumpyPolicy, observations: Normalizer, noise: Noise, first_acting: np.ndarray | None = None
     ) -> Rollout:
         """`envs.rollout.run` over the whole batch, with the policy acting in the worker processes: each runs
         the rollout for its own environments, with no exchange per step. Same `Rollout`, to the bit, as
@@ -185,16 +186,13 @@ class BatchEnv(BatchChecks):
         self._check_usable()
         if not self._was_reset:
             raise RuntimeError(f"{self.env_id} BatchEnv: call reset() before collect()")
-        if noise.ndim != 3 or noise.shape[1:] != (self.num_envs, *self.action_shape):
-            raise ValueError(
-                f"noise must have shape (steps, {self.num_envs}, {self.action_shape[0]}), got {noise.shape}"
-            )
+        check_noise(noise, policy, self.num_envs, self.action_shape)
         request = policy_message(policy, observations)
 
         def message(worker: _WorkerHandle) -> bytes:
             rows = slice(worker.envs.start, worker.envs.stop)
             first = None if first_acting is None else first_acting[rows]
-            return encode(Kind.COLLECT, Collect(request, noise[:, rows], first))
+            return encode(Kind.COLLECT, Collect(request, noise.rows(rows), first))
 
         return Rollout.concatenate(self._round_trip(message))
 

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.shared import Layout
 
 
@@ -44,7 +45,7 @@ class Attach(NamedTuple):
 
 class Collect(NamedTuple):
     policy: dict[str, Any]  # `policy_message.policy_message`
-    noise: np.ndarray  # (steps, the process's environments, act_dim)
+    noise: Noise  # the process's environments' rows
     first_acting: np.ndarray | None  # what the first step acts on (`rollout.run`)
 
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.types import StepResult
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
@@ -125,8 +126,8 @@ class Groups(Protocol):
 class _Record:
     """What `run` writes as the rollout goes: the time-major arrays of a `Rollout` and its ended episodes."""
 
-    def __init__(self, observations: np.ndarray, noise: np.ndarray):
-        steps, n, act_dim = noise.shape
+    def __init__(self, observations: np.ndarray, noise: Noise):
+        steps, n, act_dim = noise.steps, noise.num_envs, noise.action_dim
         self.observations = np.empty((steps + 1, n, *observations.shape[1:]), np.float32)
         self.observations[0] = observations
         self.actions, self.means = (np.empty((steps, n, act_dim), np.float32) for _ in range(2))
@@ -177,10 +178,10 @@ def run(
     observations: np.ndarray,
     policy: NumpyPolicy,
     normalizer: Normalizer,
-    noise: np.ndarray,
+    noise: Noise,
     first_acting: np.ndarray | None = None,
 ) -> Rollout:
-    """`len(noise)` steps of `env` from its current raw `observations`, acting with `policy`: per step,
+    """`noise.steps` steps of `env` from its current raw `observations`, acting with `policy`: per step,
     normalise, act with that step's noise, value, step; the value of a truncated episode's final observation
     for bootstrapping. `first_acting` is what the first step acts on, if not `observations` normalised now.
 
@@ -191,13 +192,14 @@ def run(
     same whatever the timing; the numbers depend on the grouping only through the rounding of the
     policy's matrix products, which differs with the number of rows they are computed on.
     """
-    steps = len(noise)
+    steps = noise.steps
     record = _Record(observations, noise)
     groups = [slice(envs.start, envs.stop) for envs in env.groups]
+    draw = policy.act_held if noise.held else policy.act
 
     def act(t: int, group: int, acting: np.ndarray) -> None:
         rows = groups[group]
-        record.actions[t, rows], record.log_probs[t, rows], record.means[t, rows] = policy.act(acting, noise[t, rows])
+        record.actions[t, rows], record.log_probs[t, rows], record.means[t, rows] = draw(acting, noise.at(t, rows))
         record.values[t, rows] = policy.value_of(acting)
         env.send_step(group, record.actions[t, rows])
 

@@ -27,6 +27,7 @@ import numpy as np
 from agents_operator.trainer.envs.episodes import LocalEpisodes
 from agents_operator.trainer.envs.make import make_env
 from agents_operator.trainer.envs.messages import Failure, Kind, UnknownKind
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.policy_message import parse_policy
 from agents_operator.trainer.envs.rollout import Rollout, run
 from agents_operator.trainer.envs.shared import POLL_SECONDS, Layout
@@ -92,7 +93,7 @@ class _Worker:
         self.simulation_seconds += time.perf_counter() - begin
         return returns, lengths
 
-    def collect(self, policy: dict[str, Any], noise: np.ndarray, first_acting: np.ndarray | None) -> Rollout:
+    def collect(self, policy: dict[str, Any], noise: Noise, first_acting: np.ndarray | None) -> Rollout:
         """A rollout of this process's environments from where they are, acting with the message's policy."""
         acting, normalizer = parse_policy(policy, self._shared.observations.shape[1:])
         observations = self._shared.observations.copy()

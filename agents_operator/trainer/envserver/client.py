@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.policy_message import policy_message
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envs.types import BatchChecks, StepResult
@@ -170,15 +171,15 @@ class RemoteBatchEnv(BatchChecks):
         server.observations = part.observations
         return part
 
-    def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> Rollout:
-        """Rollout mode: each server acts with `policy` for `len(noise)` steps of its environments, normalising
-        observations with `observations`' shared statistics and sampling with `noise` (T, num_envs, act_dim)."""
+    def collect(self, policy: NumpyPolicy, observations: Normalizer, noise: Noise) -> Rollout:
+        """Rollout mode: each server acts with `policy` for `noise.steps` steps of its environments, normalising
+        observations with `observations`' shared statistics and sampling with its rows of `noise`."""
         if not self._was_reset:
             raise RuntimeError(f"{self.env_id} RemoteBatchEnv: call reset() before collect()")
         request = protocol.collect_message(policy, observations, noise)
 
         def message(server: Connection) -> dict[str, Any]:
-            return {**request, "noise": noise[:, server.rows], "session": server.session}
+            return {**request, **noise.rows(server.rows).to_message(), "session": server.session}
 
         with self._guard():
             replies = self._exchange("Collect", message, self.rollout_timeout)

@@ -19,7 +19,8 @@ token `session`, see `server.EnvService`):
     Step      {actions, session}                  -> the fields of `envs.types.StepResult`
     Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
                normalize_observations, noise, session}  -> the fields of `envs.rollout.Rollout`
-              (`collect_message`: the policy's fields are `envs.policy_message`'s)
+              (`collect_message`: the policy's fields are `envs.policy_message`'s; held exploration
+              weights add noise_steps and noise_hold, `envs.noise.Noise.to_message`)
     Evaluate  {the policy fields of Collect, episodes, seed}
                                                   -> returns, lengths
     Render    {the fields of Evaluate}            -> a stream: {frames} (uint8, at most half a message each)
@@ -48,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.policy_message import policy_message
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
@@ -158,6 +160,6 @@ def decode(data: bytes) -> dict[str, Any]:
     return message
 
 
-def collect_message(policy: NumpyPolicy, observations: Normalizer, noise: np.ndarray) -> dict[str, Any]:
+def collect_message(policy: NumpyPolicy, observations: Normalizer, noise: Noise) -> dict[str, Any]:
     """A Collect request (without the session): the policy, the observation statistics and the noise."""
-    return {**policy_message(policy, observations), "noise": noise}
+    return {**policy_message(policy, observations), **noise.to_message()}

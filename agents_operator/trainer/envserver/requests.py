@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.policy_message import parse_policy
 from agents_operator.trainer.envserver import protocol
 from agents_operator.trainer.ppo.normalize import Normalizer
@@ -36,7 +37,7 @@ class Limits:
     max_episodes: int = 1000
     """Episodes one Evaluate or Render call may play."""
     max_rollout_steps: int = 100_000
-    """Steps one Collect call may run (the first axis of its noise)."""
+    """Steps one Collect call may run (its noise's steps)."""
     max_render_bytes: int = 1 << 30
     """Frames one Render call may hold on the server before it has sent them."""
     session_lease_seconds: float = 30.0
@@ -48,12 +49,25 @@ def actions(message: dict[str, Any], num_envs: int, action_shape: tuple[int, ...
     return _finite("actions", _array("actions", message.get("actions"), (num_envs, *action_shape)))
 
 
-def noise(message: dict[str, Any], num_envs: int, action_shape: tuple[int, ...], limits: Limits) -> np.ndarray:
-    """The `noise` of a Collect request: (steps, num_envs, *action_shape), 1 <= steps <= max_rollout_steps."""
-    value = _array("noise", message.get("noise"), (None, num_envs, *action_shape))
-    if not 1 <= len(value) <= limits.max_rollout_steps:
-        raise Refused(f"noise: {len(value)} steps, must be 1 to {limits.max_rollout_steps} (max_rollout_steps)")
-    return _finite("noise", value)
+def noise(message: dict[str, Any], num_envs: int, policy: NumpyPolicy, limits: Limits) -> Noise:
+    """The noise of a Collect request for `policy`: per step, `noise` (steps, num_envs, act_dim); or held
+    exploration weights, `noise` (periods, num_envs, L, act_dim) of a state-dependent policy with `noise_steps`
+    and `noise_hold` (`envs.noise`). 1 <= steps <= max_rollout_steps."""
+    if "noise_hold" not in message:
+        steps = len(_array("noise", message.get("noise"), (None, num_envs, policy.log_std.shape[-1])))
+        hold = 1
+    else:
+        steps, hold = message.get("noise_steps"), message.get("noise_hold")
+        if not policy.state_dependent:
+            raise Refused("noise_hold: held exploration weights need a state-dependent policy (log_std (L, act_dim))")
+        for name, value in (("noise_steps", steps), ("noise_hold", hold)):
+            if not _integer(value) or value < 1:
+                raise Refused(f"{name}: {value!r}, must be a positive integer")
+        periods = -(-steps // hold)
+        _array("noise", message.get("noise"), (periods, num_envs, *policy.log_std.shape))
+    if not 1 <= steps <= limits.max_rollout_steps:
+        raise Refused(f"noise: {steps} steps, must be 1 to {limits.max_rollout_steps} (max_rollout_steps)")
+    return Noise(_finite("noise", message["noise"]), steps, hold)
 
 
 def policy(

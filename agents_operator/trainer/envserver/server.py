@@ -288,7 +288,7 @@ class EnvService:
     def _collect(self, message: dict[str, Any], call: _Call) -> dict[str, Any]:
         env = self._current(message)
         policy, normalizer = requests.policy(message, env.observation_shape, env.action_shape)
-        noise = requests.noise(message, env.num_envs, env.action_shape, self.limits)
+        noise = requests.noise(message, env.num_envs, policy, self.limits)
         try:
             with call.stopping(env.kill):  # the rollout runs in the workers: killing them ends it
                 return env.collect(policy, normalizer, noise).to_message()

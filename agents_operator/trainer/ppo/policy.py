@@ -120,6 +120,18 @@ class NumpyPolicy:
         actions = mean + np.exp(log_std) * noise
         return actions, gaussian_log_prob_np(noise, log_std), mean
 
+    def act_held(self, obs: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As `act`, with gSDE's exploration weights held over several steps (`envs.noise`): the noise is
+        latent @ (exp(log_std) * weights[i]) for row i, `weights` (rows, L, act_dim) standard normal. Its
+        marginal is act's Gaussian (up to gSDE's 1e-6 in the variance), and the log-probabilities are the
+        actions' under it."""
+        *hidden, (kernel, bias) = self.policy
+        latent = hidden_np(obs, hidden, self.activation)
+        mean = latent @ kernel + bias
+        log_std = state_dependent_log_std_np(latent, self.log_std)
+        exploration = np.einsum("nl,nlk->nk", latent, np.exp(self.log_std) * weights).astype(np.float32)
+        return mean + exploration, gaussian_log_prob_np(exploration * np.exp(-log_std), log_std), mean
+
 
 def gaussian_log_prob_np(noise: np.ndarray, log_std: np.ndarray) -> np.ndarray:
     """log N(mean + std * noise | mean, std^2), summed over action dimensions."""

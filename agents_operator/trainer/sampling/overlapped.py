@@ -31,6 +31,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from agents_operator.config import TrainerConfig
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
@@ -63,7 +64,7 @@ class _InFlight:
     environments (which kills their processes or channels) ends it.
     """
 
-    def __init__(self, sampler: Sampler | RolloutSampler, behaviour: Behaviour, noise: np.ndarray):
+    def __init__(self, sampler: Sampler | RolloutSampler, behaviour: Behaviour, noise: Noise):
         self.behaviour = behaviour
         self._outcome: tuple[Rollout | None, BaseException | None] = (None, None)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.rollout import Rollout, run
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
@@ -37,7 +38,7 @@ class _Sampling(abc.ABC):
         first observations normalised now (`to_batch`'s `first_acting`)."""
 
     @abc.abstractmethod
-    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray) -> Rollout:
+    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise) -> Rollout:
         """A rollout acted by `policy` from `noise` on every observation normalised with `normalizer`'s
         statistics, its first ones included. It reads nothing else the learner's side changes, so that it can
         run in a thread of its own while the learner updates (`overlapped`)."""
@@ -55,10 +56,11 @@ class _Sampling(abc.ABC):
         """Nothing runs between two calls of a serial sampler: nothing to drop (`overlapped` drops its rollout)."""
         return
 
-    def noise(self, policy: NumpyPolicy) -> np.ndarray:
-        """A rollout's standard normal noise, (rollout_steps, num_envs, act_dim), from the sampler's generator."""
-        shape = (self.config.rollout_steps, self.env.env.num_envs, policy.log_std.shape[-1])
-        return self.rng.standard_normal(shape, dtype=np.float32)
+    def noise(self, policy: NumpyPolicy) -> Noise:
+        """A rollout's noise from the sampler's generator: per step, or held exploration weights
+        (`exploration_hold`, `envs.noise`)."""
+        steps, hold = self.config.rollout_steps, self.config.exploration_hold
+        return Noise.draw(self.rng, steps, self.env.env.num_envs, policy.log_std, hold)
 
 
 class Sampler(_Sampling):
@@ -86,14 +88,14 @@ class Sampler(_Sampling):
         self.observations = self.env.observations.normalize(self.raw_observations)
         return rollout, acting
 
-    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray) -> Rollout:
+    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise) -> Rollout:
         rollout = self._rollout_with(policy, normalizer, noise, None)
         self.simulation_seconds = rollout.simulation_seconds
         self.raw_observations = rollout.observations[-1]
         return rollout
 
     def _rollout_with(
-        self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None
+        self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise, first_acting: np.ndarray | None
     ) -> Rollout:
         return self.env.env.collect(policy, normalizer, noise, first_acting)
 
@@ -104,7 +106,7 @@ class StepSampler(Sampler):
     servers are."""
 
     def _rollout_with(
-        self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray, first_acting: np.ndarray | None
+        self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise, first_acting: np.ndarray | None
     ) -> Rollout:
         return run(self.env.env, self.raw_observations, policy, normalizer, noise, first_acting)
 
@@ -124,7 +126,7 @@ class RolloutSampler(_Sampling):
     def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, None]:
         return self.rollout_with(policy, self.env.observations, self.noise(policy)), None
 
-    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: np.ndarray) -> Rollout:
+    def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise) -> Rollout:
         rollout = self.env.env.collect(policy, normalizer, noise)
         self.simulation_seconds = rollout.simulation_seconds
         return rollout

@@ -13,6 +13,7 @@ import pytest
 from agents_operator.trainer.envs import rollout as rollout_module
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.make import make_env, usable_cpus
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.types import EnvProcessError
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
@@ -171,18 +172,18 @@ def test_an_exception_during_a_rollout_surfaces_its_traceback() -> None:
     observations = Normalizer((5,), clip=10.0)
     with BatchEnv(RAISING, num_envs=3, envs_per_process=2) as env:
         with pytest.raises(RuntimeError, match="reset"):
-            env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+            env.collect(policy, observations, Noise.per_step(np.zeros((2, 3, 2), np.float32)))
         env.reset()
-        with pytest.raises(ValueError, match=r"noise must have shape \(steps, 3, 2\), got \(2, 2, 2\)"):
-            env.collect(policy, observations, np.zeros((2, 2, 2), np.float32))
-        rollout = env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+        with pytest.raises(ValueError, match=r"noise draws must have shape \(draws, 3, 2\), got \(2, 2, 2\)"):
+            env.collect(policy, observations, Noise.per_step(np.zeros((2, 2, 2), np.float32)))
+        rollout = env.collect(policy, observations, Noise.per_step(np.zeros((2, 3, 2), np.float32)))
         assert rollout.observations.shape == (3, 3, 5) and rollout.actions.shape == (2, 3, 2)
         with pytest.raises(EnvProcessError) as failure:
-            env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+            env.collect(policy, observations, Noise.per_step(np.zeros((2, 3, 2), np.float32)))
         message = str(failure.value)
         assert "environment 0 raised" in message and "ZeroDivisionError: the test environment fails" in message
         with pytest.raises(RuntimeError, match="unusable"):
-            env.collect(policy, observations, np.zeros((2, 3, 2), np.float32))
+            env.collect(policy, observations, Noise.per_step(np.zeros((2, 3, 2), np.float32)))
 
 
 def test_a_rollout_says_how_long_each_process_simulated() -> None:
@@ -198,7 +199,7 @@ def test_a_rollout_says_how_long_each_process_simulated() -> None:
     with BatchEnv(SLOW, num_envs=3, envs_per_process=2) as env:
         env.reset()
         begin = time.perf_counter()
-        rollout = env.collect(policy, Normalizer((5,), clip=10.0), np.zeros((steps, 3, 2), np.float32))
+        rollout = env.collect(policy, Normalizer((5,), clip=10.0), Noise.per_step(np.zeros((steps, 3, 2), np.float32)))
         wall = time.perf_counter() - begin
     first, second = rollout.simulation_seconds.tolist()  # 2 environments, then 1
     assert first >= 2 * steps * STEP_SECONDS and second >= steps * STEP_SECONDS

@@ -63,6 +63,7 @@ PARENT = textwrap.dedent(
     import signal, sys, time
     import numpy as np
     from agents_operator.trainer.envs.batch import BatchEnv
+    from agents_operator.trainer.envs.noise import Noise
     from agents_operator.trainer.ppo.normalize import Normalizer
     from agents_operator.trainer.ppo.policy import NumpyPolicy
 
@@ -77,7 +78,7 @@ PARENT = textwrap.dedent(
                 env.step(np.zeros((2, 2)))
                 time.sleep(0.01)
             else:  # a rollout far longer than the test waits
-                env.collect(policy, Normalizer((5,), 10.0), np.zeros((1_000_000, 2, 2), np.float32))
+                env.collect(policy, Normalizer((5,), 10.0), Noise.per_step(np.zeros((1_000_000, 2, 2), np.float32)))
     """
 )
 

@@ -12,10 +12,12 @@ import pytest
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.episodes import LocalEpisodes, run_episodes
 from agents_operator.trainer.envs.make import make_env
+from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envserver import protocol, server
 from agents_operator.trainer.envserver.client import RemoteBatchEnv
 from agents_operator.trainer.envserver.connection import EnvServerError
 from agents_operator.trainer.ppo.normalize import Moments, Normalizer
+from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from tests.trainer.envserver.servers import FAST, random_actions, serving
 from tests.trainer.envserver_envs import RAISING
@@ -110,12 +112,12 @@ def test_rollout_mode_resends_a_rollout_to_a_restarted_server() -> None:
         with serving("Pendulum-v1", 1, seed=5) as other, RemoteBatchEnv([f"localhost:{port}", other], **FAST) as env:
             training = TrainingEnv(env, ROLLOUT_CONFIG)
             training.reset()
-            assert not env.collect(policy, training.observations, noise).restarted.any()
+            assert not env.collect(policy, training.observations, Noise.per_step(noise)).restarted.any()
             grpc_server.stop(0).wait()
             service.close()
             service = server.EnvService("Pendulum-v1", 2, seed=3, envs_per_process=2)
             grpc_server, _ = server.start(service, port)
-            rollout = env.collect(policy, training.observations, noise)
+            rollout = env.collect(policy, training.observations, Noise.per_step(noise))
     finally:
         grpc_server.stop(0).wait()
         service.close()
@@ -143,6 +145,32 @@ def normalizer() -> Normalizer:
 
 
 @pytest.mark.timeout(120)
+def test_rollout_mode_with_held_exploration_weights_collects_what_a_local_batch_collects() -> None:
+    """gSDE's weights held for 4 steps travel to each server as its rows (noise_steps, noise_hold): the same
+    rollout as a BatchEnv grouped as the servers, bit for bit."""
+    plain = random_policy(ROLLOUT_CONFIG, 3, 1)
+    log_std = np.random.default_rng(1).normal(-1.0, 0.3, (16, 1)).astype(np.float32)
+    policy = NumpyPolicy(plain.policy, log_std, plain.value, plain.activation)
+    noise = Noise.draw(np.random.default_rng(2), 10, 3, log_std, hold=4)
+    with (
+        serving("Pendulum-v1", 2, seed=5) as first,
+        serving("Pendulum-v1", 1, seed=7) as second,
+        RemoteBatchEnv([first, second], **FAST) as remote,
+        BatchEnv("Pendulum-v1", 3, envs_per_process=2, seed=5) as local,
+    ):
+        remote.reset(), local.reset()
+        observations = Normalizer((3,), 10.0)
+        got, want = remote.collect(policy, observations, noise), local.collect(policy, observations, noise)
+    for name in ("observations", "actions", "log_probs", "means", "values", "rewards"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    np.testing.assert_allclose(want.log_probs, policy.log_prob(acted_on(want, observations), want.actions), atol=1e-4)
+
+
+def acted_on(rollout, observations: Normalizer) -> np.ndarray:
+    """What each step of `rollout` acted on: its observations before the step, normalised."""
+    return observations.normalize(rollout.observations[:-1].reshape(-1, 3)).reshape(*rollout.actions.shape[:2], 3)
+
+
 def test_evaluate_returns_what_local_episodes_return_bit_for_bit() -> None:
     policy = random_policy(ROLLOUT_CONFIG, 3, 1)
     env = make_env("Pendulum-v1", LIMIT)

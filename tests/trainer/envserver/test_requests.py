@@ -97,3 +97,32 @@ def test_a_state_dependent_log_std_is_served_when_it_fits_the_last_hidden_layer(
         assert f"log_std: shape ({width + 1}, 1), expected ({width}, 1)" in refusal(
             raw, "Collect", {**collect, "weights": weights}
         )
+
+
+def test_held_exploration_weights_are_checked_against_the_policy_and_their_steps() -> None:
+    """Held weights (noise_steps, noise_hold, `envs.noise`): a state-dependent policy's are collected; for a
+    state-independent policy, with steps that are no positive integer or weights of another shape, refused."""
+    with serving("Pendulum-v1", 1, limits=Limits(max_rollout_steps=10)) as address:
+        raw = Raw(address)
+        collect = {**evaluation(1), "session": raw.call("Reset", {})["session"]}
+        held = {"noise": np.zeros((2, 1, 16, 1), np.float32), "noise_steps": 5, "noise_hold": 3}
+        assert "noise_hold: held exploration weights need a state-dependent policy" in refusal(
+            raw, "Collect", {**collect, **held}
+        )
+        weights = list(collect["weights"])
+        at = 2 * collect["num_policy_layers"]
+        weights[at] = np.full((weights[at - 2].shape[0], 1), -1.0, np.float32)
+        gsde = {**collect, "weights": weights}
+        assert "noise_steps: 0, must be a positive integer" in refusal(
+            raw, "Collect", {**gsde, **held, "noise_steps": 0}
+        )
+        assert "noise_hold: '3', must be a positive integer" in refusal(
+            raw, "Collect", {**gsde, **held, "noise_hold": "3"}
+        )
+        assert "noise: shape (2, 1, 16, 1), expected (1, 1, 16, 1)" in refusal(
+            raw, "Collect", {**gsde, **held, "noise_steps": 3}
+        )
+        assert "noise: 12 steps, must be 1 to 10" in refusal(
+            raw, "Collect", {**gsde, **held, "noise": np.zeros((4, 1, 16, 1), np.float32), "noise_steps": 12}
+        )
+        assert raw.call("Collect", {**gsde, **held})["rewards"].shape == (5, 1)

@@ -135,3 +135,20 @@ def test_state_dependent_log_probs_are_the_gaussians_of_the_states_std():
     density = np.exp(-0.5 * ((actions - means) / std) ** 2) / (std * math.sqrt(2 * math.pi))
     np.testing.assert_allclose(log_probs, np.log(density).sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(policy.log_prob(obs, actions), log_probs, rtol=1e-5, atol=1e-5)
+
+
+def test_held_exploration_weights_act_with_latent_times_weights_and_the_gaussians_log_probs():
+    """gSDE's held weights: the noise is latent @ (exp(log_std) * W), so rows that share W and the state act
+    alike; its spread is the state's std, and the log-probabilities are the actions' under that Gaussian."""
+    policy = state_dependent_policy()
+    rng = np.random.default_rng(6)
+    obs = np.repeat(rng.normal(size=(1, OBS)).astype(np.float32), 20_000, axis=0)
+    weights = rng.standard_normal((20_000, 8, ACT), dtype=np.float32)
+    actions, log_probs, means = policy.act_held(obs, weights)
+    latent = np.tanh(obs[0] @ policy.policy[0][0] + policy.policy[0][1])
+    np.testing.assert_allclose(actions[:5] - means[:5], latent @ (np.exp(policy.log_std) * weights[:5]), rtol=1e-4)
+    std = np.exp(policy.gaussian(obs[:1])[1][0])
+    np.testing.assert_allclose((actions - means).std(axis=0), std, rtol=0.03)
+    np.testing.assert_allclose(policy.log_prob(obs[:16], actions[:16]), log_probs[:16], rtol=1e-5, atol=1e-5)
+    again, _, _ = policy.act_held(obs[:2], np.repeat(weights[:1], 2, axis=0))
+    np.testing.assert_array_equal(again[0], again[1])
