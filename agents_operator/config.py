@@ -95,6 +95,9 @@ class TrainerConfig(BaseModel):
         "a squared cutoff.",
     )
     clip_range: float = Field(0.2, gt=0, le=10, description="Epsilon of the clipped surrogate objective.")
+    clip_schedule: Literal["constant", "linear"] = Field(
+        "constant", description="'linear' anneals clip_range to zero over total_steps (the zoo's lin_<x>)."
+    )
     kl_target: float = Field(
         0.01, gt=0, le=10, description="Target KL per update for 'kl_penalty' (the penalty adapts toward it)."
     )

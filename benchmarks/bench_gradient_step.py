@@ -132,7 +132,9 @@ class _Eager:
             values = mlp_tf(
                 minibatch["observations"], list(zip(value[::2], value[1::2], strict=True)), self.config.activation
             )
-            objective = ppo_objective(self.config, minibatch, mean, log_std, values[:, 0], tf.constant(1.0))
+            objective = ppo_objective(
+                self.config, minibatch, mean, log_std, values[:, 0], tf.constant(1.0), self.config.clip_range
+            )
         gradients = tape.gradient(objective.loss, self.weights)
         if self.config.max_grad_norm is not None:
             gradients, _ = tf.clip_by_global_norm(gradients, self.config.max_grad_norm)

@@ -48,7 +48,7 @@ first rollout unnormalised). The JSON lists these per task under `differences`.
       learning_rate 3e-5, use_sde True, clip_range 0.4, policy_kwargs "dict(log_std_init=-2, ortho_init=False,
       activation_fn=nn.ReLU, net_arch=dict(pi=[256, 256], vf=[256, 256]))"
     HopperBulletEnv-v0: the HalfCheetahBulletEnv-v0 entry ("<<: *pybullet-defaults") with the same learning rate
-      and policy_kwargs and clip_range lin_0.4 (`clip_schedule` linear: 0.4 annealed to 0 over the run)
+      and policy_kwargs and clip_range lin_0.4 (`clip_schedule` sb3_linear: 0.4 annealed to 0 over the run)
     Walker2DBulletEnv-v0: the same as HopperBulletEnv-v0
 
 Everything else is SB3's default (Pendulum's batch_size 64, 64x64 tanh networks; `normalize: true` is
@@ -136,7 +136,7 @@ ZOO: dict[str, dict[str, Any]] = {
         },
     },
 }
-ZOO["HopperBulletEnv-v0"] = {**ZOO["HalfCheetahBulletEnv-v0"], "clip_schedule": "linear"}
+ZOO["HopperBulletEnv-v0"] = {**ZOO["HalfCheetahBulletEnv-v0"], "clip_schedule": "sb3_linear"}
 ZOO["Walker2DBulletEnv-v0"] = ZOO["HopperBulletEnv-v0"]
 """rl-baselines3-zoo's settings (see the module docstring), in `sb3_runner.py`'s terms: `normalize` is the
 keyword arguments of VecNormalize (None: none), `activation` names the activation_fn."""
@@ -234,6 +234,7 @@ def identical(config: TrainerConfig) -> dict[str, Any]:
         "normalize": normalize,
         "ppo": ppo,
         "lr_schedule": config.lr_schedule,
+        "clip_schedule": config.clip_schedule,
         "policy": policy,
         "threads": config.threads,
     }

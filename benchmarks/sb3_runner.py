@@ -97,14 +97,17 @@ class Evaluations(BaseCallback):
         return not self._reached
 
 
-def learning_rate(spec: dict) -> float | Callable[[float], float]:
-    """The setting's learning rate; "linear" anneals it as the trainer does: to zero over `steps`, by the env steps
-    counted before each rollout (SB3's progress already counts the rollout just collected, hence `ahead`)."""
-    rate = spec["ppo"]["learning_rate"]
-    if spec["lr_schedule"] == "constant":
-        return rate
+def annealed(value: float, schedule: str | None, spec: dict) -> float | Callable[[float], float]:
+    """`value` under `schedule` (None or "constant": as it is). "linear" anneals it as the trainer's lr_schedule
+    and clip_schedule do: to zero over `steps`, by the env steps counted before each rollout (SB3's progress
+    already counts the rollout just collected, hence `ahead`). "sb3_linear" is SB3's own (the zoo's
+    `lin_<value>`), by that progress."""
+    if schedule in (None, "constant"):
+        return value
+    if schedule == "sb3_linear":
+        return lambda remaining: value * remaining
     ahead = spec["n_envs"] * spec["ppo"]["n_steps"] / spec["steps"]
-    return lambda remaining: rate * max(0.0, remaining + ahead)
+    return lambda remaining: value * max(0.0, remaining + ahead)
 
 
 def build(spec: dict) -> PPO:
@@ -120,10 +123,11 @@ def build(spec: dict) -> PPO:
     policy = dict(spec["policy"])
     if "activation" in policy:
         policy["activation_fn"] = ACTIVATIONS[policy.pop("activation")]
-    ppo = {**spec["ppo"], "learning_rate": learning_rate(spec)}
-    if spec.get("clip_schedule") == "linear":  # the zoo's "lin_<x>": from x to 0 over the run
-        start = ppo["clip_range"]
-        ppo["clip_range"] = lambda remaining: start * remaining
+    ppo = {
+        **spec["ppo"],
+        "learning_rate": annealed(spec["ppo"]["learning_rate"], spec["lr_schedule"], spec),
+        "clip_range": annealed(spec["ppo"]["clip_range"], spec.get("clip_schedule"), spec),
+    }
     return PPO("MlpPolicy", env, seed=spec["seed"], device="cpu", policy_kwargs=policy, verbose=0, **ppo)
 
 

@@ -11,7 +11,7 @@ def test_each_side_trains_the_preset_evaluated_every_so_many_steps():
     assert config.eval_every * config.batch_size == 81_920  # whole iterations
     assert (config.video_episodes, config.export, config.metrics_port) == (0, False, 0)
     zoo = bench_sb3_compare.zoo(config)
-    assert zoo["clip_schedule"] == "linear" and zoo["ppo"]["clip_range"] == 0.4
+    assert zoo["clip_schedule"] == "sb3_linear" and zoo["ppo"]["clip_range"] == 0.4
     assert {key: value for key, value in zoo.items() if key != "clip_schedule"} == {
         **bench_sb3_compare.zoo(config.model_copy(update={"env_id": "HalfCheetahBulletEnv-v0"})),
         "env_id": "HopperBulletEnv-v0",

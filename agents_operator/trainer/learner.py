@@ -145,18 +145,25 @@ class LocalCopy:
             name="pull",
         )
 
+    def annealed(self, config: TrainerConfig, value: float, schedule: str) -> tf.Tensor:
+        """`value`, or with the `linear` schedule `value` x (1 - progress), progress the env steps counted so
+        far over `total_steps` (SB3's and the zoo's `lin_<value>`): the lr_schedule's and clip_schedule's rule."""
+        annealed = tf.constant(value)
+        if schedule == "linear":
+            progress = tf.cast(self.env_steps.read_value(), tf.float32) / float(config.total_steps)
+            annealed = annealed * tf.maximum(1.0 - progress, 0.0)
+        return annealed
+
     def objective(self, config: TrainerConfig, feeds: dict[str, tf.Tensor]) -> Objective:
         mean, log_std = self.networks.gaussian(feeds["observations"], config.activation)
         value = mlp_tf(feeds["observations"], self.networks.value, config.activation)[:, 0]
-        return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta)
+        clip_range = self.annealed(config, config.clip_range, config.clip_schedule)
+        return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta, clip_range)
 
 
 def local_optimizer(config: TrainerConfig, local: LocalCopy) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
     """This worker's Adam and its learning rate after the schedule (by the env steps counted so far)."""
-    learning_rate = tf.constant(config.learning_rate)
-    if config.lr_schedule == "linear":
-        progress = tf.cast(local.env_steps.read_value(), tf.float32) / float(config.total_steps)
-        learning_rate = learning_rate * tf.maximum(1.0 - progress, 0.0)
+    learning_rate = local.annealed(config, config.learning_rate, config.lr_schedule)
     return tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.adam_epsilon), learning_rate
 
 
@@ -182,7 +189,8 @@ def _update(config: TrainerConfig, local: LocalCopy, batch: dict[str, tf.Tensor]
     `epochs.STEP_METRICS` over its minibatches and the learning rate, by name."""
     optimizer, learning_rate = local_optimizer(config, local)
     means = epochs.optimize(config, lambda minibatch: minibatch_step(config, local, optimizer, minibatch), batch, seed)
-    return {**means, "learning_rate": learning_rate}
+    clip_range = local.annealed(config, config.clip_range, config.clip_schedule)
+    return {**means, "learning_rate": learning_rate, "clip_range": clip_range}
 
 
 def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync) -> _Graph:

@@ -390,6 +390,7 @@ class _Outputs:
             "policy/kl": losses["kl"],
             "policy/approx_kl": losses["approx_kl"],
             "policy/clipfrac": losses["clipfrac"],
+            "policy/clip_range": losses["clip_range"],
             "policy/kl_beta": state.kl_beta,
             "policy/std": float(np.exp(state.policy.log_std).mean()),
             "optimizer/learning_rate": losses["learning_rate"],

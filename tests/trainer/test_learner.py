@@ -24,6 +24,7 @@ def test_update_and_finish_count_steps_and_push_statistics(learner):
     batch = batch_for(state)
     metrics = learner.update(batch, np.random.default_rng(0))
     assert set(metrics) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "learning_rate"}
+    assert metrics["clip_range"] == pytest.approx(0.2)  # the constant clip_schedule: clip_range throughout
     observations = Moments.of(np.ones((5, OBS)))
     state, finish = learner.finish_iteration(batch, 32, observations, Moments.of(np.arange(4.0)))
     # one push of the iteration's change to the shared weights: one global step
@@ -34,6 +35,22 @@ def test_update_and_finish_count_steps_and_push_statistics(learner):
     # the linear schedule anneals by the env steps counted so far: 32 of 1M
     second = learner.update(batch, np.random.default_rng(1))
     assert second["learning_rate"] == pytest.approx(3e-4 * (1 - 32 / 1_000_000))
+
+
+def test_the_linear_clip_schedule_anneals_the_surrogates_epsilon_by_the_env_steps():
+    learner = Learner(small_config(clip_range=0.3, clip_schedule="linear", total_steps=64), OBS, ACT)
+    try:
+        state = learner.initialize()
+        batch = batch_for(state)
+        assert learner.update(batch, np.random.default_rng(0))["clip_range"] == pytest.approx(0.3)
+        learner.finish_iteration(batch, 48, Moments.zeros((OBS,)), Moments.zeros(()))
+        later = learner.update(batch, np.random.default_rng(0))
+        assert later["clip_range"] == pytest.approx(0.3 * (1 - 48 / 64))
+        # at total_steps it reaches zero
+        learner.finish_iteration(batch, 16, Moments.zeros((OBS,)), Moments.zeros(()))
+        assert learner.update(batch, np.random.default_rng(0))["clip_range"] == 0.0
+    finally:
+        learner.close()
 
 
 def test_kl_penalty_coefficient_adapts():

@@ -34,7 +34,9 @@ def gaussian_kl(old_mean: tf.Tensor, old_log_std: tf.Tensor, mean: tf.Tensor, lo
     return tf.reduce_sum(per_dim, axis=-1)
 
 
-def clipped_surrogate(ratio: tf.Tensor, advantages: tf.Tensor, clip_range: float) -> tuple[tf.Tensor, tf.Tensor]:
+def clipped_surrogate(
+    ratio: tf.Tensor, advantages: tf.Tensor, clip_range: tf.Tensor | float
+) -> tuple[tf.Tensor, tf.Tensor]:
     """-L^CLIP and the fraction of samples whose ratio left [1 - eps, 1 + eps] (clipfrac)."""
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * tf.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)

@@ -39,10 +39,12 @@ def ppo_objective(
     log_std: tf.Tensor,
     value: tf.Tensor,
     kl_beta: tf.Tensor,
+    clip_range: tf.Tensor | float,
 ) -> Objective:
     """The objective of `batch` (the fields of `sampling.batch.Batch` by name: what the acting policy did
     and the advantages and returns it earned) for the policy N(`mean`, exp(`log_std`)^2) and the values
-    `value` being trained; `kl_beta` weighs the KL penalty when `config.objective` is "kl_penalty"."""
+    `value` being trained; `kl_beta` weighs the KL penalty when `config.objective` is "kl_penalty"; `clip_range`
+    is the surrogate's epsilon now (`config.clip_range` after its `clip_schedule`)."""
     log_prob = losses.gaussian_log_prob(batch["actions"], mean, log_std)
     log_ratio = log_prob - batch.get("proximal_log_probs", batch["log_probs"])
     ratio = tf.exp(log_ratio)
@@ -53,7 +55,7 @@ def ppo_objective(
         advantages = (advantages - adv_mean) / (tf.sqrt(adv_var) + ADVANTAGE_EPSILON)
     weights = losses.behaviour_weights(batch)
     weighted = advantages if weights is None else weights * advantages
-    pg_loss, clipfrac = losses.clipped_surrogate(ratio, weighted, config.clip_range)
+    pg_loss, clipfrac = losses.clipped_surrogate(ratio, weighted, clip_range)
     if config.objective == "kl_penalty":
         behaviour_ratio = ratio if weights is None else ratio * weights
         pg_loss = losses.kl_penalty(

@@ -43,6 +43,7 @@ def _evaluate(
             tf.constant(log_std),
             tf.constant(VALUES),
             tf.constant(beta),
+            config.clip_range,
         )
         return session.run({"loss": objective.loss, "kl": objective.kl, **objective.metrics})
 
