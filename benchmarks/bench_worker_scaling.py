@@ -5,7 +5,11 @@ number of iterations, so two workers take twice the environment steps of one. Th
 from the chief's summaries between its first and last iteration (TensorFlow start-up excluded): job env
 steps per second, seconds per iteration, and the share of each update spent with the ps
 (`perf/ps_share`). The figure of merit is `speedup` = 2-worker rate / 1-worker rate (goal >= 1.8 when each
-worker has its own core).
+worker has its own core). Each job's processes' CPU seconds (this process's waited-for descendants, start-up
+included) over its wall seconds give `cores_busy`: where one worker already keeps the usable cores busy, a
+second one on the same cores can only share them, and `speedup` is bounded by usable_cpus / cores_busy.
+`--envs N` gives each worker N environments in one process; without it each worker has the preset's own
+layout (its envs_per_worker, spread as its envs_per_process says: by default one process per usable CPU).
 
 Then the measured inputs feed the scaling model of docs/scaling.md: bytes moved per update (from the
 parameter count), the ps round-trip time, and the time of a worker's iteration, to predict throughput and
@@ -13,6 +17,7 @@ efficiency for 4 to 64 workers on separate machines.
 
     .venv/bin/python benchmarks/bench_worker_scaling.py                         # Pendulum, 20 iterations per worker
     .venv/bin/python benchmarks/bench_worker_scaling.py --preset cheetah --iterations 6 --envs 4
+    .venv/bin/python benchmarks/bench_worker_scaling.py --preset hopper --iterations 12  # the preset's layout
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from local_job_runs import job_rates, run_job
 
 from agents_operator import presets
+from agents_operator.trainer.envs.make import usable_cpus
 
 
 def predict(iteration_seconds: float, ps_seconds: float, parameters: int, workers: int, ps_tasks: int) -> dict:
@@ -54,30 +62,51 @@ def parameter_count(config) -> int:
     return mlp([obs, *config.policy_layers, act]) + act + mlp([obs, *config.value_layers, 1])
 
 
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_job(preset: str, overrides: dict, workers: int, logdir: Path, batch: int) -> dict:
+    """`run_job` with its rates (`job_rates`) and what its processes cost: CPU and wall seconds, cores busy."""
+    cpu, started = children_cpu_seconds(), time.monotonic()
+    outcome = run_job(preset, overrides, workers, logdir)
+    wall, cpu = time.monotonic() - started, children_cpu_seconds() - cpu
+    if not outcome.succeeded:
+        raise RuntimeError(f"{workers} worker(s): {outcome.message}")
+    costs = {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "cores_busy": round(cpu / wall, 2)}
+    return {**job_rates(logdir, batch), **costs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="pendulum")
     parser.add_argument("--iterations", type=int, default=20, help="iterations per worker")
-    parser.add_argument("--envs", type=int, default=8, help="environments per worker")
+    parser.add_argument(
+        "--envs", type=int, default=None, help="environments per worker, in one process (default: the preset's layout)"
+    )
     parser.add_argument("--mode", default="async", choices=["sync", "async"])
     args = parser.parse_args(argv)
-    config = presets.resolve(args.preset, {"envs_per_worker": args.envs, "envs_per_process": args.envs})
+    layout = {} if args.envs is None else {"envsPerWorker": args.envs, "envsPerProcess": args.envs}
+    config = presets.resolve(
+        args.preset, {"envs_per_worker": args.envs, "envs_per_process": args.envs} if layout else {}
+    )
     results = {}
     for workers in (1, 2):
         with tempfile.TemporaryDirectory() as logdir:
             overrides = {
-                "envsPerWorker": args.envs,
-                "envsPerProcess": args.envs,
+                **layout,
                 "mode": args.mode,
                 "totalSteps": args.iterations * workers * config.batch_size,
                 "evalEvery": 0,
                 "checkpointEvery": 1_000_000,
+                "videoEpisodes": 0,
             }
-            outcome = run_job(args.preset, overrides, workers, Path(logdir))
-            if not outcome.succeeded:
-                print(json.dumps({"error": f"{workers} worker(s): {outcome.message}"}))
+            try:
+                results[workers] = timed_job(args.preset, overrides, workers, Path(logdir), config.batch_size)
+            except RuntimeError as error:
+                print(json.dumps({"error": str(error)}))
                 return 1
-            results[workers] = job_rates(Path(logdir), config.batch_size)
     one, two = results[1], results[2]
     parameters = parameter_count(config)
     ps_seconds = one["ps_share"] * one["update_seconds"]
@@ -85,11 +114,16 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "scaling",
         "preset": args.preset,
         "mode": args.mode,
-        "envs_per_worker": args.envs,
+        "envs_per_worker": config.envs_per_worker,
+        "envs_per_process": config.envs_per_process,
+        "usable_cpus": usable_cpus(),
         "one_worker": one,
         "two_workers": two,
         "speedup": round(two["env_steps_per_s"] / one["env_steps_per_s"], 3),
         "goal_speedup": 1.8,
+        "cpu_per_env_step_ratio": round(
+            (two["cpu_seconds"] / (2 * args.iterations)) / (one["cpu_seconds"] / args.iterations), 3
+        ),
         "model_inputs": {
             "parameters": parameters,
             "bytes_per_update": 2 * 4 * parameters,
