@@ -88,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="async", choices=["sync", "async"])
     args = parser.parse_args(argv)
     layout = {} if args.envs is None else {"envsPerWorker": args.envs, "envsPerProcess": args.envs}
-    config = presets.resolve(
-        args.preset, {"envs_per_worker": args.envs, "envs_per_process": args.envs} if layout else {}
-    )
+    config = presets.resolve(args.preset, layout)
     results = {}
     for workers in (1, 2):
         with tempfile.TemporaryDirectory() as logdir:
