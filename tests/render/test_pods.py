@@ -42,7 +42,10 @@ def test_each_pod_gets_its_own_tf_config_and_service(path):
 
 
 def test_trainer_args_resolve_to_the_same_config():
-    job = load(ROOT / "examples" / "hopper.yaml")
+    manifest = yaml.safe_load((ROOT / "examples" / "hopper.yaml").read_text())
+    manifest["spec"]["trainer"]["learningRate"] = 0.0002
+    manifest["metadata"]["namespace"] = "research"
+    job = parse_job(manifest)
     args = launch.argv(render.trainer_launch(job, naming.WORKER, 1))
     assert args[:3] == ["train", "--config", "hopper"]
     overrides = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--set")
