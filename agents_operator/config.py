@@ -60,7 +60,8 @@ class TrainerConfig(BaseModel):
         description="Collect the next rollout while the update runs (double-buffered sampling): the environments "
         "act with the policy one update behind; PPO's clip is taken around the policy the update starts from, "
         "each sample weighted by its probability under that policy over the behaviour's (decoupled PPO). Off: "
-        "the serial loop (sample, then update).",
+        "the serial loop (sample, then update). Async workers in a cluster always sample serially: their "
+        "rollouts would act with weights several pushes old.",
     )
     overlap_values: Literal["recomputed", "behaviour"] = Field(
         "recomputed",

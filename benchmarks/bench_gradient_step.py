@@ -37,6 +37,7 @@ import tensorflow as tf
 from agents_operator import presets
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import learner as learner_module
+from agents_operator.trainer import localcopy
 from agents_operator.trainer.envs.make import make_env
 from agents_operator.trainer.learner import Learner, vector_size
 from agents_operator.trainer.ppo.networks import mlp_tf
@@ -76,9 +77,9 @@ def per_minibatch_round(config: TrainerConfig, batch: Batch, weights: list[np.nd
     """One session run per minibatch, the minibatches cut from numpy permutations."""
     with tf.Graph().as_default() as graph:
         feeds = learner_module.placeholders(batch.observations.shape[1], batch.actions.shape[1])
-        local = learner_module.LocalCopy.create(config, batch.observations.shape[1], batch.actions.shape[1])
-        optimizer, _ = learner_module.local_optimizer(config, local)
-        train_op, metrics = learner_module.minibatch_step(config, local, optimizer, feeds)
+        local = localcopy.LocalCopy.create(config, batch.observations.shape[1], batch.actions.shape[1])
+        optimizer, _ = localcopy.local_optimizer(config, local)
+        train_op, metrics = localcopy.minibatch_step(config, local, optimizer, feeds)
         assigns = [v.assign(w) for v, w in zip(local.networks.variables(), weights, strict=True)]
         init = tf.compat.v1.global_variables_initializer()
     threads = config.threads

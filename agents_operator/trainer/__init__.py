@@ -13,10 +13,11 @@ packages nor between modules, not even through imports inside functions or for t
   `connection` per server) and the wire `protocol`.
 - `sampling/`: `training_env` (normalisers), `batch` (the PPO `Batch`, `to_batch`), `samplers` (one per
   placement of the environments).
-- this package's own modules: `learner` (the TensorFlow graph and session) and `replicas` (the shared state,
-  the push), `iteration` (one PPO iteration, step by step), `distributed` (the cluster), `checkpoints`,
-  `summaries`, `metrics`, `progress`, `rundir`; `loop` (iterations -> outputs), `evaluator`, `visualize`,
-  `plot`, `usage` and `commands` (the CLI sub-commands).
+- this package's own modules: `learner` (the TensorFlow graph and session), `localcopy` (a worker's copy of
+  the networks and the update on it) and `replicas` (the shared state, the push), `iteration` (one PPO
+  iteration, step by step), `distributed` (the cluster), `checkpoints`, `summaries`, `metrics`, `progress`,
+  `rundir`; `loop` (iterations -> `outputs`), `evaluator`, `visualize`, `plot`, `usage` and `commands` (the
+  CLI sub-commands).
 
 `ppo.normalize`, `ppo.returns`, `ppo.policy`, `envs/`, `envserver/` and `sampling/` never import TensorFlow:
 environment processes and env servers load them. TensorFlow is imported only by the modules that need it,

@@ -26,12 +26,10 @@ import numpy as np
 import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import distributed, replicas, syncupdates
+from agents_operator.trainer import distributed, localcopy, replicas, syncupdates
 from agents_operator.trainer.checkpoints import CheckpointError
-from agents_operator.trainer.ppo import epochs
-from agents_operator.trainer.ppo.networks import Networks, mlp_tf
+from agents_operator.trainer.ppo.networks import Networks
 from agents_operator.trainer.ppo.normalize import Moments
-from agents_operator.trainer.ppo.objective import Objective, ppo_objective
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch
 
@@ -57,6 +55,7 @@ class _Graph:
     pull: tf.Operation
     update: dict[str, tf.Tensor]  # the update's metrics by name; fetching them runs the whole update
     push: tf.Operation
+    staleness: tf.Tensor | None  # async: the staleness the push read (`replicas.push`)
     finish_feeds: dict[str, tf.Tensor]
     finish_metrics: dict[str, tf.Tensor]
     state: dict[str, Any]  # the variables of `LearnerState` by name (`replicas.Shared.state`)
@@ -73,6 +72,7 @@ def build_graph(
     device_setter: Any = None,
     worker_device: str | None = None,
     sync: syncupdates.Placement | None = None,
+    anchored: bool = False,
 ) -> _Graph:
     """Create all variables and ops of the learner in the current default graph.
 
@@ -81,7 +81,9 @@ def build_graph(
     `worker_device`, with this worker's own Adam: an iteration reads the shared weights once (`pull`) and
     writes its change once (`push`), so a worker talks to the parameter servers a few times per iteration,
     not once per minibatch. With `sync` the push goes to the synchronous updates of `syncupdates` (each update
-    the mean of the first changes for it); otherwise each push applies its own.
+    the mean of the first changes for it); otherwise each push applies its own. `anchored`: the update's
+    clip is taken around the weights it pulled (`localcopy.LocalCopy.anchored`), for workers whose pull may differ from
+    the policy that acted (async workers in a cluster).
     """
 
     def shared_scope():
@@ -90,14 +92,14 @@ def build_graph(
     def local_scope():
         return tf.compat.v1.device(worker_device) if worker_device else contextlib.nullcontext()
 
-    return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync)
+    return _build(config, obs_dim, act_dim, shared_scope, local_scope, sync, anchored)
 
 
 def placeholders(
     obs_dim: int, act_dim: int, overlap: bool = False, state_dependent: bool = False
 ) -> dict[str, tf.Tensor]:
-    """What a batch feeds, by the name of its `Batch` field (overlapped: `proximal_log_probs` too; with a
-    state-dependent std, the acting policy's `log_std` per sample)."""
+    """What a batch feeds, by the name of its `Batch` field (overlapped: `proximal_log_probs` too, unless the
+    graph computes them: `anchored`; with a state-dependent std, the acting policy's `log_std` per sample)."""
     v1 = tf.compat.v1
     feeds = {
         "observations": v1.placeholder(tf.float32, [None, obs_dim], "observations"),
@@ -114,104 +116,26 @@ def placeholders(
     return feeds
 
 
-@dataclass
-class LocalCopy:
-    """This worker's copy: the networks the PPO epochs update, the shared weights they started from
-    (`anchor`), and the counters the update reads."""
-
-    networks: Networks
-    anchor: Networks
-    env_steps: tf.Variable
-    kl_beta: tf.Variable
-
-    @classmethod
-    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> LocalCopy:
-        with tf.compat.v1.variable_scope("local"):
-            networks = Networks.create(obs_dim, act_dim, config)
-            with tf.compat.v1.variable_scope("anchor"):
-                anchor = Networks.create(obs_dim, act_dim, config)
-            env_steps = replicas.counter("env_steps", tf.int64, [])
-            kl_beta = replicas.counter("kl_beta", tf.float32, [], config.kl_init_penalty)
-        return cls(networks, anchor, env_steps, kl_beta)
-
-    def pull(self, shared: replicas.Shared) -> tf.Operation:
-        """Copy the shared weights and counters into this worker's copy."""
-        weights = shared.networks.variables()
-        return tf.group(
-            *(w.assign(s) for s, w in zip(weights, self.networks.variables(), strict=True)),
-            *(a.assign(s) for s, a in zip(weights, self.anchor.variables(), strict=True)),
-            self.env_steps.assign(shared.counters["env_steps"]),
-            self.kl_beta.assign(shared.counters["kl_beta"]),
-            name="pull",
-        )
-
-    def annealed(self, config: TrainerConfig, value: float, schedule: str) -> tf.Tensor:
-        """`value`, or with the `linear` schedule `value` x (1 - progress), progress the env steps counted so
-        far over `total_steps` (SB3's and the zoo's `lin_<value>`): the lr_schedule's and clip_schedule's rule."""
-        annealed = tf.constant(value)
-        if schedule == "linear":
-            progress = tf.cast(self.env_steps.read_value(), tf.float32) / float(config.total_steps)
-            annealed = annealed * tf.maximum(1.0 - progress, 0.0)
-        return annealed
-
-    def objective(self, config: TrainerConfig, feeds: dict[str, tf.Tensor]) -> Objective:
-        mean, log_std = self.networks.gaussian(feeds["observations"], config.activation)
-        value = mlp_tf(feeds["observations"], self.networks.value, config.activation)[:, 0]
-        clip_range = self.annealed(config, config.clip_range, config.clip_schedule)
-        return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta, clip_range)
-
-
-def local_optimizer(config: TrainerConfig, local: LocalCopy) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
-    """This worker's Adam and its learning rate after the schedule (by the env steps counted so far)."""
-    learning_rate = local.annealed(config, config.learning_rate, config.lr_schedule)
-    return tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.adam_epsilon), learning_rate
-
-
-def minibatch_step(
-    config: TrainerConfig, local: LocalCopy, optimizer: tf.compat.v1.train.Optimizer, minibatch: dict[str, tf.Tensor]
-) -> tuple[tf.Operation, dict[str, tf.Tensor]]:
-    """One Adam step on the local copy over `minibatch`, and its metrics by name (`epochs.STEP_METRICS`)."""
-    objective = local.objective(config, minibatch)
-    weights = local.networks.variables()
-    gradients = tf.gradients(objective.loss, weights)
-    grad_norm = tf.linalg.global_norm(gradients)
-    if config.max_grad_norm is not None:
-        gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm, use_norm=grad_norm)
-    # The metrics are of the weights before the step: a metric the gradients do not need (the entropy, when
-    # it is not in the loss) would otherwise read a weight before or after the step, as it happens.
-    with tf.control_dependencies(objective.metrics.values()):
-        train_op = optimizer.apply_gradients(zip(gradients, weights, strict=True))
-    return train_op, {**objective.metrics, "grad_norm": grad_norm}
-
-
-def _update(config: TrainerConfig, local: LocalCopy, batch: dict[str, tf.Tensor], seed: tf.Tensor) -> dict:
-    """The update on the local copy (`epochs.optimize` of `minibatch_step`s with this worker's Adam): the means of
-    `epochs.STEP_METRICS` over its minibatches and the learning rate, by name."""
-    optimizer, learning_rate = local_optimizer(config, local)
-    means = epochs.optimize(config, lambda minibatch: minibatch_step(config, local, optimizer, minibatch), batch, seed)
-    clip_range = local.annealed(config, config.clip_range, config.clip_schedule)
-    return {**means, "learning_rate": learning_rate, "clip_range": clip_range}
-
-
-def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync) -> _Graph:
+def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, local_scope, sync, anchored) -> _Graph:
     """`build_graph` with its device scopes made. The variables are created first, in a fixed order, so that
     their initial values depend only on the seed."""
     v1 = tf.compat.v1
-    feeds = placeholders(obs_dim, act_dim, config.overlap, config.exploration == "state_dependent")
+    state_dependent = config.exploration == "state_dependent"
+    feeds = placeholders(obs_dim, act_dim, config.overlap and not anchored, state_dependent)
     update_seed = v1.placeholder(tf.int64, [2], "update_seed")
     with shared_scope():
         shared = replicas.Shared.create(config, obs_dim, act_dim)
     shared_variables = list(v1.global_variables())
     with local_scope():
-        local = LocalCopy.create(config, obs_dim, act_dim)
+        local = localcopy.LocalCopy.create(config, obs_dim, act_dim)
     pull = local.pull(shared)
     with local_scope():
-        update = _update(config, local, feeds, update_seed)
+        update = localcopy.update(config, local, local.anchored(config, feeds) if anchored else feeds, update_seed)
         kl = local.objective(config, feeds).kl
     changes = replicas.changes(local.anchor.variables(), local.networks.variables(), local_scope)
     shared_weights, global_step = shared.networks.variables(), shared.counters["global_step"]
     updates = syncupdates.SyncUpdates.create(shared_weights, changes, global_step, sync) if sync else None
-    push = updates.push if updates else replicas.push(shared, changes)
+    pushed = None if updates else replicas.push(shared, changes, local.pulled_step)
     finish_feeds, finish_metrics, state_after_finish = replicas.finish(config, shared, kl)
     return _Graph(
         feeds=feeds,
@@ -219,7 +143,8 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         networks=shared.networks,
         pull=pull,
         update=update,
-        push=push,
+        push=updates.push if updates else pushed.op,
+        staleness=None if updates else pushed.staleness,
         finish_feeds=finish_feeds,
         finish_metrics=finish_metrics,
         state=shared.state(),
@@ -249,6 +174,9 @@ class Learner:
         self.config = config
         self.cluster = cluster
         self.target = target
+        self.anchored = cluster is not None and config.mode == "async"
+        """Other workers may push between this worker's read of the state and its pull: the update is clipped
+        around the weights it pulled (`localcopy.LocalCopy.anchored`), and the worker does not overlap its sampling."""
         self.graph = tf.Graph()
         with self.graph.as_default():
             # Weight initialisation (and so a whole single-process run) is reproducible from config.seed.
@@ -260,7 +188,8 @@ class Learner:
                 slots, worker = cluster.num_workers, cluster.tf_config.task_index
                 aggregated = config.aggregated_changes(slots)
                 sync = syncupdates.Placement(worker, slots, aggregated, members=self.membership.flags)
-            self._g = build_graph(config, obs_dim, act_dim, setter, cluster.device if cluster else None, sync)
+            device = cluster.device if cluster else None
+            self._g = build_graph(config, obs_dim, act_dim, setter, device, sync, self.anchored)
             v1 = tf.compat.v1
             self._init_shared = v1.variables_initializer(self._g.shared_variables)
             self._init_local = v1.variables_initializer(self._g.local_variables)
@@ -341,7 +270,8 @@ class Learner:
         session run, the minibatch order drawn from `rng`), then one push of the change; metrics averaged
         over all minibatches, plus the seconds spent with the shared variables (`ps_seconds`: pull and
         push, which in sync mode waits for the update it is part of) and on the local epochs (`epochs_seconds`),
-        and on the sync chief the late changes dropped so far in the job (`sync_dropped`)."""
+        on the sync chief the late changes dropped so far in the job (`sync_dropped`), and for an async worker
+        in a cluster the push's staleness (`staleness`: the other workers' pushes since its pull)."""
         sync = self._g.sync
         begin = time.perf_counter()
         label = self.session.run(sync.step) if sync else None  # read before the weights it labels
@@ -351,12 +281,16 @@ class Learner:
         feed[self._g.update_seed] = rng.integers(np.iinfo(np.int64).max, size=2)
         metrics = self.session.run(self._g.update, feed)
         trained = time.perf_counter()
+        timings = {}
         if sync:
             self.session.run(sync.push, {sync.label: label})
             sync.wait(self.session, label)
         else:
-            self.session.run(self._g.push)
-        timings = {"ps_seconds": pulled - begin + time.perf_counter() - trained, "epochs_seconds": trained - pulled}
+            _, staleness = self.session.run([self._g.push, self._g.staleness])
+            if self.cluster is not None:
+                timings["staleness"] = float(staleness)
+        timings["ps_seconds"] = pulled - begin + time.perf_counter() - trained
+        timings["epochs_seconds"] = trained - pulled
         if self.aggregator is not None:
             timings["sync_dropped"] = self.aggregator.dropped
         return {**{key: float(value) for key, value in metrics.items()}, **timings}

@@ -1,6 +1,6 @@
 """The state every worker shares (`Shared`: on the ps tasks in a cluster) and how a worker's iteration reaches
-it: one `push` of its change (async; in sync mode its `changes` go to `syncupdates`, which applies the mean of
-the first changes of each step), then `finish`: the counters, the normaliser sums and the KL penalty.
+it: one `push` of its change (async; in sync mode its `changes` go to `syncupdates`, which applies the mean
+of the first changes of each step), then `finish`: the counters, the normaliser sums and the KL penalty.
 """
 
 from __future__ import annotations
@@ -68,11 +68,24 @@ def changes(anchor: list[tf.Variable], weights: list[tf.Variable], local_scope: 
         return [a - w for a, w in zip(anchor, weights, strict=True)]
 
 
-def push(shared: Shared, pseudo_gradients: list[tf.Tensor]) -> tf.Operation:
-    """The op that applies this worker's change to the shared weights at once and counts the update (async)."""
+@dataclass
+class Push:
+    """An async push: the op, and the staleness it read (fetch both in one run)."""
+
+    op: tf.Operation
+    staleness: tf.Tensor
+    """int64: the updates other workers applied to the shared weights between this worker's pull and its push."""
+
+
+def push(shared: Shared, pseudo_gradients: list[tf.Tensor], pulled_step: tf.Variable) -> Push:
+    """The op that adds this worker's change to the shared weights at once and counts the update (async), and
+    its staleness: the global steps counted since this worker's pull read `pulled_step`."""
     shared_weights, global_step = shared.networks.variables(), shared.counters["global_step"]
-    updates = (s.assign_sub(g) for s, g in zip(shared_weights, pseudo_gradients, strict=True))
-    return tf.group(*updates, global_step.assign_add(1), name="push")
+    staleness = global_step.read_value() - pulled_step.read_value()
+    with tf.control_dependencies([staleness]):
+        updates = [s.assign_sub(g) for s, g in zip(shared_weights, pseudo_gradients, strict=True)]
+        counted = global_step.assign_add(1)
+    return Push(tf.group(*updates, counted, name="push"), staleness)
 
 
 def finish(

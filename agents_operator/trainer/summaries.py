@@ -37,6 +37,7 @@ TAGS = {
     "includes waiting for the other workers) and the closing read, against the local PPO epochs",
     "sync/dropped_changes": "sync chief only: workers' changes dropped so far in the job because they came after "
     "their step was applied (backupWorkers)",
+    "async/staleness": "async chief in a cluster: updates other workers applied between its pull and its push",
 }
 
 

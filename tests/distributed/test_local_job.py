@@ -14,7 +14,7 @@ import pytest
 
 from agents_operator import contract, local
 from agents_operator.api import parse_job
-from agents_operator.trainer import checkpoints, summaries
+from agents_operator.trainer import checkpoints, loop, summaries
 
 
 def make_job(name: str, mode: str, trainer: dict) -> local.Launcher:
@@ -93,10 +93,10 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
 
 
 @pytest.mark.parametrize(
-    ("mode", "overlap"), [("sync", False), ("async", True)], ids=["synchronous", "asynchronous-overlapped"]
+    ("mode", "overlap"), [("sync", False), ("async", True)], ids=["synchronous", "asynchronous-overlap-asked"]
 )
 def test_two_workers_learn_pendulum(tmp_path, mode, overlap):
-    """Sync workers; async workers whose sampling overlaps their updates (pull and push as ever)."""
+    """Sync workers; async workers asked to overlap, which sample serially and say so."""
     job = make_job("learn", mode, {"totalSteps": 100_000, "evalEvery": 4, "checkpointEvery": 8, "overlap": overlap})
     launcher = local.Launcher(job, tmp_path)
     outcome = launcher.run()
@@ -108,6 +108,13 @@ def test_two_workers_learn_pendulum(tmp_path, mode, overlap):
     assert first < -900, train[:3]
     assert last > -500, evals
     assert "the chief finished the job, after every other worker: ps 0 exits" in log(tmp_path, "ps-0", "learn")
+    staleness = [value for _, value in summaries.read_scalars(tmp_path, "async/staleness")]
+    if mode == "async":  # the chief's pushes, and the other worker's between its pulls and pushes
+        assert len(staleness) == len(train) and min(staleness) >= 0, staleness
+        assert max(staleness) >= 1, staleness
+        assert all(loop.ASYNC_SERIAL in log(tmp_path, f"worker-{i}", "learn") for i in (0, 1))
+    else:
+        assert staleness == []
 
 
 def test_the_evaluator_scores_the_chiefs_checkpoints(tmp_path):

@@ -1,6 +1,7 @@
 """The state every worker shares and a worker's push (trainer/replicas.py): the counters and normaliser sums
-start where they must, and one push adds the worker's change to the shared weights and counts one update (the
-sync mode's updates: tests/trainer/test_syncupdates.py)."""
+start where they must, and one push adds the worker's change to the shared weights, counts one update and
+reads its staleness, the updates other workers pushed since this worker's pull (the sync mode's updates:
+tests/trainer/test_syncupdates.py)."""
 
 import contextlib
 
@@ -36,27 +37,58 @@ def test_the_shared_state_starts_fresh(session):
     np.testing.assert_array_equal(state["weights"][4], [-1.0, -1.0])  # the policy's log std, after 2 layers
 
 
-def test_a_push_adds_the_workers_change_to_the_shared_weights_and_counts_one_update(session):
-    shared = Shared.create(CONFIG, OBS, ACT)
+def _worker(shared: Shared, name: str):
+    """A worker's anchor, weights and pulled step, as variables of their own, and its push."""
     variables = shared.networks.variables()
-    with tf.compat.v1.variable_scope("worker"):
-        anchor = [
-            tf.compat.v1.get_variable(f"anchor{i}", v.shape, initializer=tf.zeros_initializer())
-            for i, v in enumerate(variables)
-        ]
-        weights = [
-            tf.compat.v1.get_variable(f"weights{i}", v.shape, initializer=tf.zeros_initializer())
-            for i, v in enumerate(variables)
-        ]
-    op = push(shared, changes(anchor, weights, contextlib.nullcontext))
-    session.run(tf.compat.v1.global_variables_initializer())
-    before = session.run(variables)
-    rng = np.random.default_rng(0)
-    starts = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
-    deltas = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+    with tf.compat.v1.variable_scope(name):
+        anchor, weights = (
+            [
+                tf.compat.v1.get_variable(f"{kind}{i}", v.shape, initializer=tf.zeros_initializer())
+                for i, v in enumerate(variables)
+            ]
+            for kind in ("anchor", "weights")
+        )
+        pulled_step = tf.compat.v1.get_variable("pulled_step", [], tf.int64, initializer=tf.zeros_initializer())
+    return anchor, weights, pulled_step, push(shared, changes(anchor, weights, contextlib.nullcontext), pulled_step)
+
+
+def _set_change(session, anchor, weights, rng) -> list[np.ndarray]:
+    """Give the worker a random start and a random change from it; the change."""
+    starts = [rng.normal(size=a.shape).astype(np.float32) for a in anchor]
+    deltas = [rng.normal(size=a.shape).astype(np.float32) for a in anchor]
     session.run([a.assign(s) for a, s in zip(anchor, starts, strict=True)])
     session.run([w.assign(s + c) for w, s, c in zip(weights, starts, deltas, strict=True)])
-    session.run(op)
-    for after, was, change in zip(session.run(variables), before, deltas, strict=True):
+    return deltas
+
+
+def test_a_push_adds_the_workers_change_to_the_shared_weights_and_counts_one_update(session):
+    shared = Shared.create(CONFIG, OBS, ACT)
+    anchor, weights, _, pushed = _worker(shared, "worker")
+    session.run(tf.compat.v1.global_variables_initializer())
+    before = session.run(shared.networks.variables())
+    deltas = _set_change(session, anchor, weights, np.random.default_rng(0))
+    _, staleness = session.run([pushed.op, pushed.staleness])
+    assert staleness == 0
+    for after, was, change in zip(session.run(shared.networks.variables()), before, deltas, strict=True):
         np.testing.assert_allclose(after, was + change, rtol=1e-5, atol=1e-6)
     assert session.run(shared.counters["global_step"]) == 1
+
+
+@pytest.mark.parametrize("others", [1, 3])
+def test_a_push_after_other_workers_pushes_reads_their_number_as_its_staleness(session, others):
+    shared = Shared.create(CONFIG, OBS, ACT)
+    anchor, weights, pulled_step, pushed = _worker(shared, "late")
+    other_anchor, other_weights, _, other = _worker(shared, "other")
+    session.run(tf.compat.v1.global_variables_initializer())
+    rng = np.random.default_rng(1)
+    session.run(pulled_step.assign(0))  # pulled before any push
+    for _ in range(others):
+        _set_change(session, other_anchor, other_weights, rng)
+        session.run(other.op)
+    before = session.run(shared.networks.variables())
+    deltas = _set_change(session, anchor, weights, rng)
+    _, staleness = session.run([pushed.op, pushed.staleness])
+    assert staleness == others
+    for after, was, change in zip(session.run(shared.networks.variables()), before, deltas, strict=True):
+        np.testing.assert_allclose(after, was + change, rtol=1e-5, atol=1e-6)
+    assert session.run(shared.counters["global_step"]) == others + 1

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer import learner as learner_module
+from agents_operator.trainer import localcopy
 from agents_operator.trainer.learner import Learner
 from agents_operator.trainer.ppo import epochs
 
@@ -46,9 +47,9 @@ def _update_per_minibatch(config: TrainerConfig, weights: list[np.ndarray], batc
     """The metrics (means over the minibatches) and the final weights of one session run per minibatch."""
     with tf.Graph().as_default() as graph:
         feeds = learner_module.placeholders(OBS, ACT)
-        local = learner_module.LocalCopy.create(config, OBS, ACT)
-        optimizer, learning_rate = learner_module.local_optimizer(config, local)
-        train_op, metrics = learner_module.minibatch_step(config, local, optimizer, feeds)
+        local = localcopy.LocalCopy.create(config, OBS, ACT)
+        optimizer, learning_rate = localcopy.local_optimizer(config, local)
+        train_op, metrics = localcopy.minibatch_step(config, local, optimizer, feeds)
         indices = epochs.minibatch_indices(config, SIZE, tf.constant(seed, tf.int64))
         assigns = [v.assign(w) for v, w in zip(local.networks.variables(), weights, strict=True)]
         init = tf.compat.v1.global_variables_initializer()
