@@ -148,7 +148,7 @@ class _Run:
         if self.cluster is None:
             state = self.restore()
         else:
-            self.learner.join(self.restore)
+            self._join()
             state = self.learner.state()
         _share_statistics(self.env, state)
         self.outputs.metrics.counters(state.global_step, state.env_steps, state.iterations)
@@ -160,6 +160,18 @@ class _Run:
         elif self.config.overlap:
             self.sampler = OverlappedSampler(self.sampler, self.config)
         return state
+
+    def _join(self) -> None:
+        """Join the cluster's shared state. A worker that waits for the chief to initialise it polls the ps tasks:
+        one lost meanwhile is waited for and joined again, as in training (`_reconnect`), not a crash."""
+        join = self.learner.join
+        while True:
+            try:
+                return join(self.restore)
+            except distributed.LOST_CONNECTION as error:
+                note = f"lost a parameter server while joining ({distributed.first_line(error)}); reconnecting"
+                self.outputs.progress.note(note)
+                join = self.learner.reconnect
 
     def _reconnect(self, error: Exception) -> LearnerState:
         """After a lost ps: reconnect (the chief restoring its latest checkpoint) and return the live state."""

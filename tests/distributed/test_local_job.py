@@ -69,6 +69,10 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
     try:
         ps, _, worker1 = launcher.replicas
         wait_until(lambda: len(checkpoints.list_checkpoints(tmp_path)) >= 2, 240, "two checkpoints")
+        # The sync chief steps alone until worker 1 has joined, and a worker that connects only once the ps is
+        # back (still importing TensorFlow, on a loaded machine) has nothing to reconnect: kill the ps once
+        # worker 1 has trained.
+        wait_until(lambda: "steps  return" in log(tmp_path, "worker-1", "faults"), 240, "worker 1 to train")
         ps.process.kill()
         wait_until(lambda: "resumed from" in log(tmp_path, "worker-0", "faults"), 240, "the chief to restore")
         # Only the newest three checkpoints are kept: wait for a newer one, not for more of them.

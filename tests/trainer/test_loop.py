@@ -9,9 +9,11 @@ import hashlib
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from agents_operator import presets
 from agents_operator.config import TrainerConfig
@@ -257,3 +259,39 @@ def test_the_chief_evaluates_and_checkpoints_at_every_multiple_the_shared_counte
     assert due == [21, 41, 61, 81, 101, 121, 141, 161, 181, 201, 221, 241]
     assert [n for n in range(1, 61) if loop._due(n - 1, n, 20)] == [20, 40, 60]  # one worker: every 20th, as before
     assert not any(loop._due(n - 1, n, 0) for n in range(1, 50))  # eval_every 0: never
+
+
+class _JoiningLearner:
+    """A worker's learner whose ps is lost `losses` times while it joins."""
+
+    def __init__(self, losses: int):
+        self.losses, self.calls = losses, []
+
+    def _call(self, name: str, initialize) -> None:
+        self.calls.append((name, initialize))
+        if self.losses:
+            self.losses -= 1
+            raise tf.errors.UnavailableError(None, None, "failed to connect to all addresses\nmore")
+
+    def join(self, initialize) -> None:
+        self._call("join", initialize)
+
+    def reconnect(self, initialize) -> None:
+        self._call("reconnect", initialize)
+
+
+def test_a_ps_lost_while_a_worker_joins_is_waited_for_and_joined_again():
+    """A worker waiting for the chief to initialise the shared state polls the ps tasks: a ps that dies then is
+    a reconnect, as in training, not an error out of the process."""
+    notes = []
+    learner = _JoiningLearner(losses=2)
+    outputs = SimpleNamespace(progress=SimpleNamespace(note=notes.append))
+    run = loop._Run(LEARNING, Path("."), object(), None, False, learner, None, None, outputs)
+    run._join()
+    assert [name for name, _ in learner.calls] == ["join", "reconnect", "reconnect"]
+    assert all(initialize == run.restore for _, initialize in learner.calls)  # the chief's restore, if it is one
+    cause = "UnavailableError: failed to connect to all addresses"
+    assert notes == [f"lost a parameter server while joining ({cause}); reconnecting"] * 2
+    learner = _JoiningLearner(losses=0)
+    loop._Run(LEARNING, Path("."), object(), None, False, learner, None, None, outputs)._join()
+    assert [name for name, _ in learner.calls] == ["join"]
