@@ -28,6 +28,7 @@ use every core).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -51,6 +52,8 @@ MARKERS = ("<!-- learning-table:begin -->", "<!-- learning-table:end -->")
 EVALUATIONS = 24  # per run, about: the curve's resolution against the time the evaluations take
 WORKERS = "workers"  # the variant's key for a local job of 1 ps and this many async workers
 LOCOMOTION_FLOOR = 0.9  # of the zoo's return: the worst seed of a locomotion task stays at or above it
+NAME_LIMIT = 200  # bytes of a run directory's name: a file name holds 255, and the table appends to some
+DIGEST_CHARS = 12  # of the sha256 that ends a name cut to NAME_LIMIT
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,15 @@ def variant_name(variant: dict[str, Any]) -> str:
 
 
 def run_dir(results: Path, task: str, seed: int, steps: int, variant: dict[str, Any] | None = None) -> Path:
+    """`results`/<task>-<steps>[+<variant>]/seed<seed>. A name longer than `NAME_LIMIT` bytes keeps its first
+    part and ends in a digest of the whole, so that a variant of many settings gets a directory of its own too."""
     name = variant_name(variant or {})
-    return results / (f"{task}-{steps}+{name}" if name else f"{task}-{steps}") / f"seed{seed}"
+    directory = f"{task}-{steps}+{name}" if name else f"{task}-{steps}"
+    if len(directory.encode()) > NAME_LIMIT:
+        digest = hashlib.sha256(directory.encode()).hexdigest()[:DIGEST_CHARS]
+        kept = directory.encode()[: NAME_LIMIT - DIGEST_CHARS - 1].decode(errors="ignore")
+        directory = f"{kept}~{digest}"
+    return results / directory / f"seed{seed}"
 
 
 def ensure_run(

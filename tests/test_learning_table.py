@@ -246,3 +246,33 @@ def test_the_rows_of_an_earlier_table_stay_marked_until_their_preset_has_runs(tm
     links = [line for line in doc.splitlines() if line.startswith("![")]
     assert links == ["![pendulum](figures/pendulum.png)", "![ant](figures/ant.png)", "![hopper](figures/hopper.png)"]
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["hopper-2000000", "pendulum-100000"]
+
+
+def test_a_variant_of_many_settings_gets_a_directory_name_a_file_system_takes(tmp_path):
+    """Thirteen settings made a name of 256 bytes, and the run failed with OSError (File name too long)."""
+    many = {
+        "activation": "relu",
+        "clip_range": 0.4,
+        "clip_schedule": "linear",
+        "entropy_coef": 0.01,
+        "epochs": 20,
+        "exploration": "state_dependent",
+        "exploration_hold": 4,
+        "gae_lambda": 0.9,
+        "init_log_std": -2,
+        "learning_rate": 3e-05,
+        "lr_schedule": "constant",
+        "minibatches": 64,
+        "orthogonal_init": False,
+        "value_coef": 1.0,
+    }
+    long = table.run_dir(tmp_path, "walker", 1, 2_000_000, many)
+    assert len(long.parent.name.encode()) <= table.NAME_LIMIT and long.name == "seed1"
+    assert long.parent.name.startswith("walker-2000000+activation=relu,clip_range=0.4,")
+    long.mkdir(parents=True)  # the file system takes it
+    assert table.run_dir(tmp_path, "walker", 1, 2_000_000, dict(many)) == long  # the same variant, the same place
+    other = table.run_dir(tmp_path, "walker", 1, 2_000_000, {**many, "value_coef": 0.5})
+    assert other.parent.name[:-13] == long.parent.name[:-13]  # it differs only past the cut:
+    assert other.parent != long.parent  # the digest tells them apart
+    short = table.run_dir(tmp_path, "walker", 1, 2_000_000, {"entropy_coef": 0.01})
+    assert short.parent.name == "walker-2000000+entropy_coef=0.01"  # short names are as they were
