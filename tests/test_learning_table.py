@@ -249,7 +249,7 @@ def test_the_rows_of_an_earlier_table_stay_marked_until_their_preset_has_runs(tm
 
 
 def test_a_variant_of_many_settings_gets_a_directory_name_a_file_system_takes(tmp_path):
-    """Thirteen settings made a name of 256 bytes, and the run failed with OSError (File name too long)."""
+    """Walker with fourteen settings made a name of 265 bytes, and the run failed with OSError (File name too long)."""
     many = {
         "activation": "relu",
         "clip_range": 0.4,
