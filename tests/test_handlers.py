@@ -43,7 +43,7 @@ class UidKube(kube.Kube):
 class Cluster:
     """The test's side of the emulated API: writes through HTTP, so that watchers see them."""
 
-    def __init__(self, server: kmock.KubernetesEmulator, controller: Controller, namespace: str):
+    def __init__(self, server: FaultyEmulator, controller: Controller, namespace: str):
         self.server = server
         self.controller = controller
         self.ns = namespace
@@ -107,7 +107,7 @@ class Cluster:
             await asyncio.sleep(0.05)
 
 
-def declare_resources(server: kmock.KubernetesEmulator) -> None:
+def declare_resources(server: FaultyEmulator) -> None:
     for resource, kind in (
         (JOBS, naming.KIND),
         ("v1/pods", "Pod"),
@@ -134,7 +134,7 @@ class OperatorThread:
     """`operator_main.serve` in its own thread and loop, as in production: kopf waits for every task of its
     loop when it stops, and would otherwise wait for the test's own."""
 
-    def __init__(self, server: kmock.KubernetesEmulator, **overrides):
+    def __init__(self, server: FaultyEmulator, **overrides):
         self.server = server
         self.options = operator_main.OperatorOptions(
             all_namespaces=True,
@@ -180,10 +180,10 @@ class OperatorThread:
 
 
 @pytest_asyncio.fixture
-async def operator() -> AsyncIterator[tuple[kmock.KubernetesEmulator, Controller]]:
+async def operator() -> AsyncIterator[tuple[FaultyEmulator, Controller]]:
     """A fresh emulated API server and operator per test (kmock's cost per request grows with every request
     it has served, so a shared one slows down test after test)."""
-    async with kmock.KubernetesEmulator() as server, kmock.Server(server):
+    async with FaultyEmulator() as server, kmock.Server(server):
         declare_resources(server)
         op = OperatorThread(server)
         controller = await op.start()
@@ -231,23 +231,51 @@ class InternalError(kmock.KubernetesError):
 
 
 class Failing:
-    """A kmock filter that matches requests of a method and path suffix `times` times once armed."""
+    """A kmock filter that matches `times` requests of a method and path suffix. kmock may ask a filter about
+    one request more than once: the requests it matched are remembered by id."""
 
-    def __init__(self, method: str, suffix: str, times: int = 1, armed: bool = True):
-        self.method, self.suffix, self.left, self.armed = method, suffix, times, armed
+    def __init__(self, method: str, suffix: str, times: int = 1):
+        self.method, self.suffix, self.left = method, suffix, times
+        self.matched: set[int] = set()
 
     def __call__(self, request) -> bool:
-        if not self.armed or self.left <= 0 or request.method != self.method:
+        if request.id in self.matched:
+            return True
+        if self.left <= 0 or request.method != self.method:
             return False
         if not str(request.url).split("?")[0].endswith(self.suffix):
             return False
         self.left -= 1
+        self.matched.add(request.id)
         return True
+
+
+class FaultyEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator, where a request that an injected fault answers changes nothing.
+
+    kmock's own emulator stores every create, patch and delete before it looks for a reaction, so a request
+    answered with a server error had taken effect all the same: the pods of failed creates appeared at once,
+    and a test waiting for them could go on before the operator had even seen the error. Here the fault
+    answers first, as an API server does that failed to write.
+    """
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.faults: list[Failing] = []
+
+    def fail(self, fault: Failing, error: type[kmock.KubernetesError] = InternalError) -> None:
+        self.faults.append(fault)
+        self[fault] << error
+
+    async def _handle(self, request):
+        if any(fault(request) for fault in self.faults):
+            return await kmock.KubernetesScaffold._handle(self, request)  # the reactions only: the fault's
+        return await super()._handle(request)
 
 
 async def test_server_errors_on_creates_are_retried_until_they_pass(cluster):
     failing = Failing("POST", f"/namespaces/{cluster.ns}/pods", times=4)
-    cluster.server[failing] << InternalError
+    cluster.server.fail(failing)
     await cluster.create_job(make_job())
     await cluster.until(lambda: len(cluster.pods()) == 3, timeout=30, what="pods, after the errors")
     assert failing.left == 0
@@ -258,9 +286,8 @@ async def test_server_errors_on_creates_are_retried_until_they_pass(cluster):
 
 async def test_a_status_write_that_fails_after_the_marker_counts_the_failure_once(cluster):
     await started(cluster)
-    failing = Failing("PATCH", "/agentsjobs/pj/status", armed=False)
-    cluster.server[failing] << InternalError
-    failing.armed = True
+    failing = Failing("PATCH", "/agentsjobs/pj/status")
+    cluster.server.fail(failing)
     await cluster.set_phase("pj-worker-1", "Failed", exit_code=137)
     await cluster.until(lambda: cluster.replaced("pj-worker-1"), timeout=30, what="replaced after the error")
     assert failing.left == 0  # the marker went on the pod, then the status write failed once
