@@ -269,7 +269,7 @@ class FaultyEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request):
         if any(fault(request) for fault in self.faults):
-            return await kmock.KubernetesScaffold._handle(self, request)  # the reactions only: the fault's
+            return await kmock.KubernetesScaffold._handle(self, request)  # the reactions only: the fault answers
         return await super()._handle(request)
 
 
