@@ -54,6 +54,10 @@ WORKERS = "workers"  # the variant's key for a local job of 1 ps and this many a
 LOCOMOTION_FLOOR = 0.9  # of the zoo's return: the worst seed of a locomotion task stays at or above it
 NAME_LIMIT = 200  # bytes of a run directory's name: a file name holds 255, and the table appends to some
 DIGEST_CHARS = 12  # of the sha256 that ends a name cut to NAME_LIMIT
+DIAGNOSTICS = ("eval/mean_length", "train/mean_return", "policy/entropy", "policy/approx_kl", "policy/clipfrac")
+"""Summaries a record keeps beside its curve, at the curve's steps, for when its run directory is gone: what
+tells a seed standing still for an alive bonus (evaluations that last the whole episode and score about one a
+step, the policy's entropy falling) from a slow one, and how large its updates were."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ def job_config(task: str, seed: int, steps: int, variant: dict[str, Any]):
 def train_piece(task: str, seed: int, steps: int, logdir: Path, variant: dict[str, Any]) -> dict[str, Any]:
     """Train (or continue) one run here, or as a local job with `variant[WORKERS]` workers; append the piece's
     times to PIECES; the record once it is done."""
-    from agents_operator.trainer.summaries import read_scalars
+    from agents_operator.trainer.summaries import read_tags
 
     load = os.getloadavg()[0]
     config = job_config(task, seed, steps, variant)
@@ -120,9 +124,31 @@ def train_piece(task: str, seed: int, steps: int, logdir: Path, variant: dict[st
     piece["load_average_1m"] = [round(load, 1), round(os.getloadavg()[0], 1)]
     with open(logdir / PIECES, "a") as pieces:
         pieces.write(json.dumps(piece) + "\n")
-    curve = [[steps, round(value, 1)] for steps, value in read_scalars(logdir, "eval/mean_return")]
+    series = read_tags(logdir, ("eval/mean_return", *DIAGNOSTICS))
+    curve = [[steps, round(value, 1)] for steps, value in series["eval/mean_return"]]
     env_steps = piece.pop("job_env_steps")
-    return {"task": task, "seed": seed, "budget": steps, "env_steps": env_steps, "curve": curve, "variant": variant}
+    diagnostics = {tag: at_steps(series[tag], [step for step, _ in curve]) for tag in DIAGNOSTICS}
+    return {
+        "task": task,
+        "seed": seed,
+        "budget": steps,
+        "env_steps": env_steps,
+        "curve": curve,
+        "diagnostics": diagnostics,
+        "variant": variant,
+    }
+
+
+def at_steps(points: list[tuple[int, float]], steps: list[int]) -> list[list[float]]:
+    """The last of `points` (step, value) at or before each of `steps`, to 4 significant digits; a step that
+    none precedes is left out."""
+    kept, index, last = [], 0, None
+    for step in steps:
+        while index < len(points) and points[index][0] <= step:
+            last, index = points[index][1], index + 1
+        if last is not None:
+            kept.append([step, float(f"{last:.4g}")])
+    return kept
 
 
 def _train_here(config, logdir: Path) -> dict[str, Any]:

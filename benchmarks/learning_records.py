@@ -1,10 +1,10 @@
 """The learning table's finished runs, kept in the repository (`docs/learning/records/`).
 
 A run directory under `runs/` holds checkpoints and event files and stays on the machine that trained it. Its
-record (the evaluation curve, the times, and the config it trained with) is a few kilobytes: it is kept in the
-repository, so that the table is written again, and resumed, on any machine, from every run that was ever
-finished with the presets as they are now. A record of an earlier version of a preset (its config differs) is
-kept in the file but not counted, and the run is trained again.
+record (the evaluation curve, the times, the config it trained with and the diagnostics beside the curve) is a
+few kilobytes: it is kept in the repository, so that the table is written again, and resumed, on any machine,
+from every run that was ever finished with the presets as they are now. A record of an earlier version of a
+preset (its config differs) is kept in the file but not counted, and the run is trained again.
 """
 
 from __future__ import annotations

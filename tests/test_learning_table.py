@@ -37,6 +37,10 @@ def test_it_trains_the_missing_runs_only_and_writes_the_table_and_curves(tmp_pat
     assert line["seeds"] == [0, 1, 2] and line["worst"] == min(returns)
     assert line["mean"] == pytest.approx(sum(returns) / 3, abs=0.05)
     assert all(record["curve"][-1][0] == 2048 and record["env_steps"] == 2048 for record in records)
+    for record in records:  # the diagnostics, at the curve's steps
+        assert set(record["diagnostics"]) == set(table.DIAGNOSTICS)
+        for tag in ("eval/mean_length", "policy/entropy", "policy/approx_kl"):
+            assert [step for step, _ in record["diagnostics"][tag]] == [step for step, _ in record["curve"]], tag
 
     doc = (tmp_path / "doc.md").read_text()
     assert doc.startswith("# Doc\n\nbefore\n\n") and doc.endswith("\n\nafter\n") and "stale" not in doc
@@ -276,3 +280,9 @@ def test_a_variant_of_many_settings_gets_a_directory_name_a_file_system_takes(tm
     assert other.parent != long.parent  # the digest tells them apart
     short = table.run_dir(tmp_path, "walker", 1, 2_000_000, {"entropy_coef": 0.01})
     assert short.parent.name == "walker-2000000+entropy_coef=0.01"  # short names are as they were
+
+
+def test_diagnostics_are_taken_at_the_curves_steps_from_the_last_point_before():
+    points = [(10, 1.0), (20, 2.0), (30, 3.123456)]
+    assert table.at_steps(points, [5, 20, 25, 40]) == [[20, 2.0], [25, 2.0], [40, 3.123]]
+    assert table.at_steps([], [10]) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from agents_operator.trainer import rundir
@@ -72,12 +73,17 @@ def read_scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
 
     A resumed run appends a second event file; a step written by both keeps the later value.
     """
+    return read_tags(logdir, [tag])[tag]
+
+
+def read_tags(logdir: Path, tags: Iterable[str]) -> dict[str, list[tuple[int, float]]]:
+    """`read_scalars` of each of `tags`, in one pass over the event files."""
     import tensorflow as tf
 
-    points: dict[int, float] = {}
+    points: dict[str, dict[int, float]] = {tag: {} for tag in tags}
     for path in sorted(glob.glob(os.path.join(str(logdir), rundir.EVENTS)), key=os.path.getmtime):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
-                if value.tag == tag:
-                    points[int(event.step)] = float(value.simple_value)
-    return sorted(points.items())
+                if value.tag in points:
+                    points[value.tag][int(event.step)] = float(value.simple_value)
+    return {tag: sorted(found.items()) for tag, found in points.items()}

@@ -19,6 +19,16 @@ def test_scalars_are_read_back_by_tag_in_step_order(tmp_path):
     assert summaries.read_scalars(tmp_path / "none", "loss/value") == []
 
 
+def test_several_tags_are_read_in_one_pass_as_each_alone(tmp_path):
+    writer = summaries.SummaryWriter(tmp_path)
+    writer.scalars(256, {"train/mean_return": -900.0, "loss/value": 3.5})
+    writer.scalars(128, {"train/mean_return": -1200.0})
+    writer.close()
+    tags = ("train/mean_return", "loss/value", "eval/mean_return")
+    assert summaries.read_tags(tmp_path, tags) == {tag: summaries.read_scalars(tmp_path, tag) for tag in tags}
+    assert summaries.read_tags(tmp_path, tags)["train/mean_return"] == [(128, -1200.0), (256, -900.0)]
+
+
 def test_only_documented_tags_are_written(tmp_path):
     writer = summaries.SummaryWriter(tmp_path)
     try:
