@@ -112,6 +112,9 @@ class TrainerConfig(BaseModel):
         None, gt=0, description="Clip value predictions to this distance from the old ones; null disables."
     )
     entropy_coef: float = Field(0.0, ge=0, le=10, description="Weight of the entropy bonus (c2).")
+    entropy_schedule: Literal["constant", "linear"] = Field(
+        "constant", description="'linear' anneals entropy_coef to zero over total_steps, as clip_schedule does."
+    )
 
     # --- networks ---------------------------------------------------------------------------------------
     policy_layers: Layers = Field([64, 64], description="Hidden layer sizes of the policy network.")

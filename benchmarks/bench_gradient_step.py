@@ -134,7 +134,14 @@ class _Eager:
                 minibatch["observations"], list(zip(value[::2], value[1::2], strict=True)), self.config.activation
             )
             objective = ppo_objective(
-                self.config, minibatch, mean, log_std, values[:, 0], tf.constant(1.0), self.config.clip_range
+                self.config,
+                minibatch,
+                mean,
+                log_std,
+                values[:, 0],
+                tf.constant(1.0),
+                self.config.clip_range,
+                self.config.entropy_coef,
             )
         gradients = tape.gradient(objective.loss, self.weights)
         if self.config.max_grad_norm is not None:

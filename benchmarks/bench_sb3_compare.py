@@ -235,6 +235,7 @@ def identical(config: TrainerConfig) -> dict[str, Any]:
         "ppo": ppo,
         "lr_schedule": config.lr_schedule,
         "clip_schedule": config.clip_schedule,
+        "entropy_schedule": config.entropy_schedule,
         "policy": policy,
         "threads": config.threads,
     }

@@ -97,9 +97,26 @@ class Evaluations(BaseCallback):
         return not self._reached
 
 
+class EntropySchedule(BaseCallback):
+    """The setting's "entropy_schedule" (SB3's `ent_coef` is a constant): after each rollout, before its
+    update, the bonus's weight as `annealed` has it, by the progress SB3 is about to count."""
+
+    def __init__(self, spec: dict) -> None:
+        super().__init__()
+        self.weight = annealed(spec["ppo"]["ent_coef"], spec.get("entropy_schedule"), spec)
+        self.steps = spec["steps"]
+
+    def _on_rollout_end(self) -> None:
+        if callable(self.weight):
+            self.model.ent_coef = self.weight(1.0 - self.num_timesteps / self.steps)
+
+    def _on_step(self) -> bool:
+        return True
+
+
 def annealed(value: float, schedule: str | None, spec: dict) -> float | Callable[[float], float]:
-    """`value` under `schedule` (None or "constant": as it is). "linear" anneals it as the trainer's lr_schedule
-    and clip_schedule do: to zero over `steps`, by the env steps counted before each rollout (SB3's progress
+    """`value` under `schedule` (None or "constant": as it is). "linear" anneals it as the trainer's schedules
+    (lr, clip, entropy) do: to zero over `steps`, by the env steps counted before each rollout (SB3's progress
     already counts the rollout just collected, hence `ahead`). "sb3_linear" is SB3's own (the zoo's
     `lin_<value>`), by that progress."""
     if schedule in (None, "constant"):
@@ -153,7 +170,7 @@ def run(spec: dict) -> dict:
     model = build(spec)
     timer = PhaseTimer()
     evaluations = Evaluations(spec, started, timer)
-    model.learn(total_timesteps=spec["steps"], callback=[timer, evaluations])
+    model.learn(total_timesteps=spec["steps"], callback=[timer, EntropySchedule(spec), evaluations])
     wall = time.monotonic() - started - evaluations.seconds
     returns = evaluate(model, spec)
     evaluated = time.monotonic() - started - wall

@@ -67,7 +67,8 @@ class LocalCopy:
 
     def annealed(self, config: TrainerConfig, value: float, schedule: str) -> tf.Tensor:
         """`value`, or with the `linear` schedule `value` x (1 - progress), progress the env steps counted so
-        far over `total_steps` (SB3's and the zoo's `lin_<value>`): the lr_schedule's and clip_schedule's rule."""
+        far over `total_steps` (SB3's and the zoo's `lin_<value>`): the rule of the lr_schedule, clip_schedule
+        and entropy_schedule."""
         annealed = tf.constant(value)
         if schedule == "linear":
             progress = tf.cast(self.env_steps.read_value(), tf.float32) / float(config.total_steps)
@@ -78,7 +79,8 @@ class LocalCopy:
         mean, log_std = self.networks.gaussian(feeds["observations"], config.activation)
         value = mlp_tf(feeds["observations"], self.networks.value, config.activation)[:, 0]
         clip_range = self.annealed(config, config.clip_range, config.clip_schedule)
-        return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta, clip_range)
+        entropy_coef = self.annealed(config, config.entropy_coef, config.entropy_schedule)
+        return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta, clip_range, entropy_coef)
 
 
 def local_optimizer(config: TrainerConfig, local: LocalCopy) -> tuple[tf.compat.v1.train.AdamOptimizer, tf.Tensor]:
@@ -106,8 +108,10 @@ def minibatch_step(
 
 def update(config: TrainerConfig, local: LocalCopy, batch: dict[str, tf.Tensor], seed: tf.Tensor) -> dict:
     """The update on the local copy (`epochs.optimize` of `minibatch_step`s with this worker's Adam): the means of
-    `epochs.STEP_METRICS` over its minibatches and the learning rate, by name."""
+    `epochs.STEP_METRICS` over its minibatches, and the learning rate, clip range and entropy weight after their
+    schedules, by name."""
     optimizer, learning_rate = local_optimizer(config, local)
     means = epochs.optimize(config, lambda minibatch: minibatch_step(config, local, optimizer, minibatch), batch, seed)
     clip_range = local.annealed(config, config.clip_range, config.clip_schedule)
-    return {**means, "learning_rate": learning_rate, "clip_range": clip_range}
+    entropy_coef = local.annealed(config, config.entropy_coef, config.entropy_schedule)
+    return {**means, "learning_rate": learning_rate, "clip_range": clip_range, "entropy_coef": entropy_coef}

@@ -107,6 +107,7 @@ class Outputs:
             "policy/approx_kl": losses["approx_kl"],
             "policy/clipfrac": losses["clipfrac"],
             "policy/clip_range": losses["clip_range"],
+            "policy/entropy_coef": losses["entropy_coef"],
             "policy/kl_beta": state.kl_beta,
             "policy/std": float(np.exp(state.policy.log_std).mean()),
             "optimizer/learning_rate": losses["learning_rate"],

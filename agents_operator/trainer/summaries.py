@@ -26,6 +26,7 @@ TAGS = {
     "policy/approx_kl": "CleanRL's estimator E[(ratio - 1) - log ratio], mean over minibatches",
     "policy/clipfrac": "fraction of samples with |ratio - 1| > clip_range, mean over minibatches",
     "policy/clip_range": "epsilon of the clipped surrogate (after the clip_schedule)",
+    "policy/entropy_coef": "weight of the entropy bonus (after the entropy_schedule)",
     "policy/kl_beta": "BatchPPO's adaptive KL penalty coefficient (changes only with objective=kl_penalty)",
     "policy/std": "mean standard deviation of the Gaussian policy (state-dependent: of its exploration weights)",
     "optimizer/learning_rate": "Adam step size (after the lr_schedule)",

@@ -53,6 +53,21 @@ def test_the_linear_clip_schedule_anneals_the_surrogates_epsilon_by_the_env_step
         learner.close()
 
 
+def test_the_linear_entropy_schedule_anneals_the_bonus_weight_by_the_env_steps():
+    learner = Learner(small_config(entropy_coef=0.02, entropy_schedule="linear", total_steps=64), OBS, ACT)
+    try:
+        state = learner.initialize()
+        batch = batch_for(state)
+        first = learner.update(batch, np.random.default_rng(0))
+        assert first["entropy_coef"] == pytest.approx(0.02)
+        learner.finish_iteration(batch, 48, Moments.zeros((OBS,)), Moments.zeros(()))
+        assert learner.update(batch, np.random.default_rng(0))["entropy_coef"] == pytest.approx(0.02 * (1 - 48 / 64))
+        learner.finish_iteration(batch, 16, Moments.zeros((OBS,)), Moments.zeros(()))
+        assert learner.update(batch, np.random.default_rng(0))["entropy_coef"] == 0.0
+    finally:
+        learner.close()
+
+
 def test_kl_penalty_coefficient_adapts():
     learner = Learner(small_config(objective="kl_penalty", learning_rate=0.1, kl_init_penalty=1.0), OBS, ACT)
     try:

@@ -18,6 +18,7 @@ LOSSES = {
     "approx_kl": 0.02,
     "clipfrac": 0.1,
     "clip_range": 0.2,
+    "entropy_coef": 0.0,
     "learning_rate": 3e-4,
     "grad_norm": 1.0,
     "ps_seconds": 0.5,

@@ -40,11 +40,13 @@ def ppo_objective(
     value: tf.Tensor,
     kl_beta: tf.Tensor,
     clip_range: tf.Tensor | float,
+    entropy_coef: tf.Tensor | float,
 ) -> Objective:
     """The objective of `batch` (the fields of `sampling.batch.Batch` by name: what the acting policy did
     and the advantages and returns it earned) for the policy N(`mean`, exp(`log_std`)^2) and the values
     `value` being trained; `kl_beta` weighs the KL penalty when `config.objective` is "kl_penalty"; `clip_range`
-    is the surrogate's epsilon now (`config.clip_range` after its `clip_schedule`)."""
+    is the surrogate's epsilon now (`config.clip_range` after its `clip_schedule`), `entropy_coef` the entropy
+    bonus's weight now (`config.entropy_coef` after its `entropy_schedule`)."""
     log_prob = losses.gaussian_log_prob(batch["actions"], mean, log_std)
     log_ratio = log_prob - batch.get("proximal_log_probs", batch["log_probs"])
     ratio = tf.exp(log_ratio)
@@ -64,7 +66,7 @@ def ppo_objective(
     v_loss = losses.value_loss(value, batch["values"], batch["returns"], config.value_clip)
     entropy = losses.gaussian_entropy(log_std)
     return Objective(
-        loss=pg_loss + config.value_coef * v_loss - config.entropy_coef * entropy,
+        loss=pg_loss + config.value_coef * v_loss - entropy_coef * entropy,
         kl=kl,
         metrics=dict(zip(METRICS, (pg_loss, v_loss, entropy, losses.approx_kl(log_ratio), clipfrac), strict=True)),
     )

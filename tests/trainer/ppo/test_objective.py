@@ -19,11 +19,17 @@ RETURNS = np.array([1.0, 1.0, 0.0, 3.0], np.float32)
 
 
 def _evaluate(
-    config: TrainerConfig, mean: np.ndarray, log_std: np.ndarray, beta: float = 1.0, proximal: np.ndarray | None = None
+    config: TrainerConfig,
+    mean: np.ndarray,
+    log_std: np.ndarray,
+    beta: float = 1.0,
+    proximal: np.ndarray | None = None,
+    entropy_coef: float | None = None,
 ) -> dict:
     """The objective's loss, per-sample KL and metrics for a policy N(mean, exp(log_std)^2) trained on a batch
     that the policy N(MEANS, exp(LOG_STD)^2) acted in; with `proximal` means, the update started from
-    N(proximal, exp(LOG_STD)^2) (overlapped sampling's `proximal_log_probs`)."""
+    N(proximal, exp(LOG_STD)^2) (overlapped sampling's `proximal_log_probs`); `entropy_coef` is the bonus's
+    weight after its schedule (default: the config's)."""
     batch = {
         "actions": ACTIONS,
         "log_probs": gaussian_log_prob_np((ACTIONS - MEANS) * np.exp(-LOG_STD), LOG_STD),
@@ -44,6 +50,7 @@ def _evaluate(
             tf.constant(VALUES),
             tf.constant(beta),
             config.clip_range,
+            config.entropy_coef if entropy_coef is None else entropy_coef,
         )
         return session.run({"loss": objective.loss, "kl": objective.kl, **objective.metrics})
 
@@ -61,6 +68,12 @@ def test_unchanged_policy_weighs_policy_value_and_entropy_as_configured(objectiv
     entropy = float(LOG_STD[0]) + 0.5 * math.log(2 * math.pi * math.e)
     assert out["entropy"] == pytest.approx(entropy)
     assert out["loss"] == pytest.approx(0.5 * out["value_loss"] - 0.01 * entropy)
+
+
+def test_the_entropy_bonus_weighs_by_its_weight_now_not_the_configs():
+    config = TrainerConfig(env_id="Pendulum-v1", value_coef=0.5, entropy_coef=0.01, entropy_schedule="linear")
+    annealed = _evaluate(config, MEANS, LOG_STD, entropy_coef=0.0025)
+    assert annealed["loss"] == pytest.approx(0.5 * annealed["value_loss"] - 0.0025 * annealed["entropy"])
 
 
 def test_advantages_unstandardised_and_clipped_ratio():
