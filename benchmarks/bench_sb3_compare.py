@@ -68,6 +68,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
+import collections
 import json
 import math
 import re
@@ -304,14 +305,24 @@ def run_ours(config: TrainerConfig) -> dict[str, Any]:
 
 
 def run_sb3(python: Path, setting: dict[str, Any]) -> dict[str, Any]:
-    """`sb3_runner.py` in the SB3 venv on `setting`; its report, with the mean evaluation return."""
+    """`sb3_runner.py` in the SB3 venv on `setting`; its report, with the mean evaluation return. The runner's
+    standard error goes on to ours as it comes (its evaluations during long runs), and its end into the error
+    when it fails."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [str(python), str(RUNNER)], input=json.dumps(setting), capture_output=True, text=True, env=env, check=False
-    )
-    if done.returncode:
-        raise RuntimeError(f"{RUNNER.name} exited {done.returncode}:\n{done.stderr[-4000:]}")
-    report = json.loads(done.stdout.splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as stdout:
+        runner = subprocess.Popen(
+            [str(python), str(RUNNER)], stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env
+        )
+        runner.stdin.write(json.dumps(setting))
+        runner.stdin.close()
+        tail: collections.deque[str] = collections.deque(maxlen=40)
+        for line in runner.stderr:
+            sys.stderr.write(line)
+            tail.append(line)
+        if runner.wait():
+            raise RuntimeError(f"{RUNNER.name} exited {runner.returncode}:\n{''.join(tail)[-4000:]}")
+        stdout.seek(0)
+        report = json.loads(stdout.read().splitlines()[-1])
     return {**report, "eval_return": statistics.fmean(report["eval_returns"])}
 
 

@@ -13,7 +13,11 @@ and per task the ratio of the minutes (SB3 / ours: above 1, ours reached it soon
 the trainer runs its whole budget (its later evaluations show whether the return holds).
 
 SB3 runs in the venv that `bench_sb3_compare.py --setup` creates. The runs are long (the zoo trains 2M steps; SB3
-ran at 400-600 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time:
+ran at 400-600 env steps/s on the 2-core build machine), so run them on a quiet machine, one at a time. Each
+finished run is kept in `--results` (<task>-seed<seed>/<setting>.json, with the UTC day it ran and what it
+trained), and a later invocation on the same day that would train the same again takes it from there instead:
+an interrupted comparison goes on where it stopped, and both sides of a ratio still ran on one day. A kept run
+of another day or of other settings is trained again; the old file stays beside it, named with its day.
 
     .venv/bin/python benchmarks/bench_time_to_return.py --tasks hopper --settings ours
     .venv/bin/python benchmarks/bench_time_to_return.py --tasks cheetah hopper walker --settings ours sb3_zoo
@@ -22,6 +26,7 @@ ran at 400-600 env steps/s on the 2-core build machine), so run them on a quiet 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -41,6 +46,9 @@ TARGETS = {env_id: REFERENCES[env_id].zoo for env_id in bench_sb3_compare.ZOO if
 """The zoo's PPO return of each locomotion task whose zoo settings `bench_sb3_compare` knows."""
 
 SETTINGS = ("ours", "sb3_zoo")
+
+RESULTS = bench_sb3_compare.ROOT / "runs" / "time-to-return"
+"""Where finished runs are kept by default (`runs/` is not in the repository)."""
 
 
 def our_config(task: str, max_steps: int, eval_every: int, seed: int) -> TrainerConfig:
@@ -86,13 +94,71 @@ def run_zoo(python: Path, config: TrainerConfig, eval_every: int, target: float)
     return {"evaluations": evaluations, "env_steps": steps, "steps_per_s": steps / report["wall_s"]}
 
 
+def trained(setting: str, config: TrainerConfig, eval_every: int, target: float) -> dict[str, Any]:
+    """What the run of `setting` trains and how it is read, all of which a kept run must share to be reused."""
+    side = config.model_dump(mode="json") if setting == "ours" else bench_sb3_compare.zoo(config)
+    return json.loads(json.dumps({"setting": side, "eval_every": eval_every, "target": target}))  # as kept
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.UTC).date().isoformat()
+
+
+def set_aside(path: Path, day: str) -> None:
+    """Rename the kept run at `path` with its `day` (and a number, if that name is taken), so that the run
+    trained in its place does not overwrite it."""
+    aside = path.with_name(f"{path.stem}.{day}{path.suffix}")
+    number = 1
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{path.stem}.{day}.{number}{path.suffix}")
+    path.rename(aside)
+    print(f"{path}: kept from {day} or of other settings, set aside as {aside.name}", file=sys.stderr)
+
+
+def kept(path: Path, what: dict[str, Any]) -> dict[str, Any] | None:
+    """The run kept at `path` when it ran today and trained `what`; None when there is none. A kept run of
+    another day or of other settings is set aside (it is not lost when this one is written)."""
+    if not path.exists():
+        return None
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{path}: not a kept run ({error}); move it away to train the run again") from None
+    if not isinstance(run, dict) or not isinstance(run.get("run"), dict):
+        raise SystemExit(f"{path}: not a kept run (no 'run' object); move it away to train the run again")
+    if run.get("day") != today() or run.get("trained") != what:
+        set_aside(path, str(run.get("day", "undated")))
+        return None
+    return run
+
+
+def run_setting(
+    path: Path, setting: str, config: TrainerConfig, args: argparse.Namespace, python: Path | None, target: float
+) -> dict[str, Any]:
+    """The run of `setting`, kept at `path` or trained now (and kept there)."""
+    what = trained(setting, config, args.eval_every, target)
+    run = kept(path, what)
+    if run is not None:
+        print(f"{path}: kept from earlier today, not trained again", file=sys.stderr)
+        return {**run["run"], "day": run["day"]}
+    load_before = os.getloadavg()[0]
+    run = run_ours(config) if setting == "ours" else run_zoo(python, config, args.eval_every, target)
+    run["steps_per_s"] = round(run["steps_per_s"], 1)
+    run["load_average_1m"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    day = today()
+    path.write_text(json.dumps({"day": day, "trained": what, "run": run}) + "\n")
+    return {**run, "day": day}
+
+
 def measure(task: str, args: argparse.Namespace, python: Path | None) -> dict[str, Any]:
     config = our_config(task, args.max_steps, args.eval_every, args.seed)
     target = args.target if args.target is not None else TARGETS[config.env_id]
     record: dict[str, Any] = {"env_id": config.env_id, "target": target}
     for setting in args.settings:
-        run = run_ours(config) if setting == "ours" else run_zoo(python, config, args.eval_every, target)
-        run["steps_per_s"] = round(run["steps_per_s"], 1)
+        path = args.results / f"{task}-seed{args.seed}" / f"{setting}.json"
+        run = run_setting(path, setting, config, args, python, target)
         record[setting] = {**reached(run["evaluations"], target), **run}
     if all(record.get(setting, {}).get("reached") for setting in SETTINGS):
         record["minutes_ratio"] = round(record["sb3_zoo"]["minutes"] / record["ours"]["minutes"], 2)
@@ -109,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", type=float, help="mean return to reach (default: the zoo's, per task)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", type=Path, default=bench_sb3_compare.VENV, help="the SB3 venv")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help=f"finished runs (default {RESULTS.relative_to(bench_sb3_compare.ROOT)})",
+    )
     return parser
 
 

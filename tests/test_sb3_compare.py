@@ -2,6 +2,7 @@
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,27 @@ def test_each_round_runs_every_setting_with_its_own_seed(monkeypatch):
         "update_steps_per_s": 1.0,
         "eval_return_difference": 60.0,
     }
+
+
+FAKE_RUNNER = """
+import json, sys
+setting = json.load(sys.stdin)
+for step in (1, 2):
+    print(json.dumps({"evaluation": [step, 1.0, 0.5]}), file=sys.stderr, flush=True)
+if setting.get("fail"):
+    print("runner broke: " + setting["fail"], file=sys.stderr)
+    sys.exit(3)
+print("a line before the report")
+print(json.dumps({"eval_returns": [1.0, 3.0], "env_id": setting["env_id"]}))
+"""
+
+
+def test_the_runners_progress_reaches_standard_error_as_it_comes_and_its_report_is_read(monkeypatch, tmp_path, capfd):
+    runner = tmp_path / "runner.py"
+    runner.write_text(FAKE_RUNNER)
+    monkeypatch.setattr(bench_sb3_compare, "RUNNER", runner)
+    report = bench_sb3_compare.run_sb3(Path(sys.executable), {"env_id": "Pendulum-v1"})
+    assert report == {"eval_returns": [1.0, 3.0], "env_id": "Pendulum-v1", "eval_return": 2.0}
+    assert '{"evaluation": [2, 1.0, 0.5]}' in capfd.readouterr().err
+    with pytest.raises(RuntimeError, match=r"runner.py exited 3:(.|\n)*runner broke: on purpose"):
+        bench_sb3_compare.run_sb3(Path(sys.executable), {"env_id": "Pendulum-v1", "fail": "on purpose"})

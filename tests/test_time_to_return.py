@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from benchmarks import bench_sb3_compare, bench_time_to_return
 
 
@@ -29,7 +33,7 @@ def test_the_first_evaluation_at_the_target_counts():
     assert bench_time_to_return.reached(evaluations, 3000.0) == {"reached": False}
 
 
-def test_the_record_compares_the_minutes_when_both_reached(monkeypatch):
+def test_the_record_compares_the_minutes_when_both_reached(monkeypatch, tmp_path):
     def ours(config):
         return {"evaluations": [[81920, 2950.0, 120.0]], "env_steps": 2_000_000, "steps_per_s": 1900.0}
 
@@ -43,8 +47,72 @@ def test_the_record_compares_the_minutes_when_both_reached(monkeypatch):
 
     monkeypatch.setattr(bench_time_to_return, "run_ours", ours)
     monkeypatch.setattr(bench_time_to_return, "run_zoo", zoo)
-    args = bench_time_to_return.build_parser().parse_args(["--tasks", "cheetah"])
+    args = bench_time_to_return.build_parser().parse_args(["--tasks", "cheetah", "--results", str(tmp_path)])
     record = bench_time_to_return.measure("cheetah", args, None)
     assert record["ours"]["minutes"] == 2.0 and record["sb3_zoo"]["minutes"] == 8.0
     assert (record["ours"]["at_env_steps"], record["ours"]["env_steps"]) == (81920, 2_000_000)
     assert record["minutes_ratio"] == 4.0 and record["target"] == 2925.0
+
+
+def _counting_runs(monkeypatch) -> list[str]:
+    """Fake both sides; the list records every run that was trained."""
+    trained: list[str] = []
+
+    def ours(config):
+        trained.append("ours")
+        return {"evaluations": [[81920, 2950.0, 120.0]], "env_steps": 2_000_000, "steps_per_s": 1900.0}
+
+    def zoo(python, config, eval_every, target):
+        trained.append("sb3_zoo")
+        return {"evaluations": [[163840, 2930.0, 480.0]], "env_steps": 163840, "steps_per_s": 500.0}
+
+    monkeypatch.setattr(bench_time_to_return, "run_ours", ours)
+    monkeypatch.setattr(bench_time_to_return, "run_zoo", zoo)
+    return trained
+
+
+def test_a_finished_run_is_kept_and_taken_again_the_same_day(monkeypatch, tmp_path):
+    trained = _counting_runs(monkeypatch)
+    args = bench_time_to_return.build_parser().parse_args(["--tasks", "cheetah", "--results", str(tmp_path)])
+    first = bench_time_to_return.measure("cheetah", args, None)
+    assert trained == ["ours", "sb3_zoo"]
+    kept = json.loads((tmp_path / "cheetah-seed0" / "sb3_zoo.json").read_text())
+    assert kept["day"] == bench_time_to_return.today() and kept["trained"]["target"] == 2925.0
+    assert kept["trained"]["setting"]["env_id"] == "HalfCheetahBulletEnv-v0"
+    again = bench_time_to_return.measure("cheetah", args, None)
+    assert trained == ["ours", "sb3_zoo"]  # nothing trained the second time
+    assert again == first and again["minutes_ratio"] == 4.0
+
+
+def test_a_run_kept_on_another_day_or_with_other_settings_is_trained_again_and_set_aside(monkeypatch, tmp_path):
+    trained = _counting_runs(monkeypatch)
+    args = bench_time_to_return.build_parser().parse_args(["--tasks", "hopper", "--results", str(tmp_path)])
+    bench_time_to_return.measure("hopper", args, None)
+    ours = tmp_path / "hopper-seed0" / "ours.json"
+    old = json.loads(ours.read_text())
+    ours.write_text(json.dumps({**old, "day": "2026-01-02"}))
+    bench_time_to_return.measure("hopper", args, None)
+    assert trained == ["ours", "sb3_zoo", "ours"]  # SB3's run is today's and the same: kept
+    assert json.loads((tmp_path / "hopper-seed0" / "ours.2026-01-02.json").read_text())["day"] == "2026-01-02"
+    other = bench_time_to_return.build_parser().parse_args(["--results", str(tmp_path), "--eval-every", "40960"])
+    bench_time_to_return.measure("hopper", other, None)
+    assert trained == ["ours", "sb3_zoo", "ours", "ours", "sb3_zoo"]
+    today = bench_time_to_return.today()
+    assert {path.name for path in (tmp_path / "hopper-seed0").iterdir()} == {
+        "ours.json",
+        "sb3_zoo.json",
+        "ours.2026-01-02.json",
+        f"ours.{today}.json",
+        f"sb3_zoo.{today}.json",
+    }
+
+
+def test_a_damaged_kept_run_is_named_not_overwritten(monkeypatch, tmp_path):
+    _counting_runs(monkeypatch)
+    damaged = tmp_path / "walker-seed0" / "ours.json"
+    damaged.parent.mkdir()
+    damaged.write_text("{not json")
+    args = bench_time_to_return.build_parser().parse_args(["--tasks", "walker", "--results", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"walker-seed0/ours\.json: not a kept run"):
+        bench_time_to_return.measure("walker", args, None)
+    assert damaged.read_text() == "{not json"
