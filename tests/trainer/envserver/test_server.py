@@ -44,7 +44,7 @@ def test_a_deadline_stops_a_rollout_and_the_next_reset_makes_fresh_environments(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, server.__name__)
-    steps = 2_000_000  # Pendulum acting in the worker: many seconds of rollout
+    steps = 2_000_000  # Pendulum acting in the worker: about 50 us a step, nearly two minutes
     with serving("Pendulum-v1", 1, limits=Limits(max_rollout_steps=steps)) as address:
         raw = Raw(address)
         session = raw.call("Reset", {})["session"]
@@ -52,9 +52,9 @@ def test_a_deadline_stops_a_rollout_and_the_next_reset_makes_fresh_environments(
         with pytest.raises(grpc.RpcError) as expired:
             raw.call("Collect", collect, timeout=1.0)
         assert expired.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        started = time.monotonic()
-        session = raw.call("Reset", {"session": session}, timeout=10)["session"]
-        assert time.monotonic() - started < 3  # not after the rollout: its workers were killed
+        # Not after the rollout (its workers were killed): a Reset that waited for it would pass its deadline,
+        # which leaves room for a slow start of the fresh workers on a loaded machine.
+        session = raw.call("Reset", {"session": session}, timeout=30)["session"]
         rollout = raw.call("Collect", {**collect, "session": session, "noise": np.zeros((3, 1, 1), np.float32)})
         assert rollout["rewards"].shape == (3, 1)
     assert "Collect stopped: its call ended" in caplog.text
