@@ -17,6 +17,7 @@ execution is enabled in the process, so tests and tools can build learners side 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from agents_operator.trainer.ppo.networks import Networks
 from agents_operator.trainer.ppo.normalize import Moments
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.batch import Batch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,6 +58,7 @@ class _Graph:
     pull: tf.Operation
     update: dict[str, tf.Tensor]  # the update's metrics by name; fetching them runs the whole update
     push: tf.Operation
+    finite: tf.Tensor  # whether the change the push sends is finite (else it sends none: `replicas.Changes`)
     staleness: tf.Tensor | None  # async: the staleness the push read (`replicas.push`)
     finish_feeds: dict[str, tf.Tensor]
     finish_metrics: dict[str, tf.Tensor]
@@ -134,8 +138,8 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         kl = local.objective(config, feeds).kl
     changes = replicas.changes(local.anchor.variables(), local.networks.variables(), local_scope)
     shared_weights, global_step = shared.networks.variables(), shared.counters["global_step"]
-    updates = syncupdates.SyncUpdates.create(shared_weights, changes, global_step, sync) if sync else None
-    pushed = None if updates else replicas.push(shared, changes, local.pulled_step)
+    updates = syncupdates.SyncUpdates.create(shared_weights, changes.deltas, global_step, sync) if sync else None
+    pushed = None if updates else replicas.push(shared, changes.deltas, local.pulled_step)
     finish_feeds, finish_metrics, state_after_finish = replicas.finish(config, shared, kl)
     return _Graph(
         feeds=feeds,
@@ -144,6 +148,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         pull=pull,
         update=update,
         push=updates.push if updates else pushed.op,
+        finite=changes.finite,
         staleness=None if updates else pushed.staleness,
         finish_feeds=finish_feeds,
         finish_metrics=finish_metrics,
@@ -202,6 +207,8 @@ class Learner:
         self.graph.finalize()
         self.aggregator: syncupdates.Aggregator | None = None
         """The chief's in sync mode: the thread that applies the synchronous updates."""
+        self.discarded_updates = 0
+        """This process's updates whose change was not finite: each was pushed as no change."""
         self.session: tf.compat.v1.Session | None = self._open_session()
 
     def _session_config(self) -> tf.compat.v1.ConfigProto:
@@ -270,8 +277,9 @@ class Learner:
         session run, the minibatch order drawn from `rng`), then one push of the change; metrics averaged
         over all minibatches, plus the seconds spent with the shared variables (`ps_seconds`: pull and
         push, which in sync mode waits for the update it is part of) and on the local epochs (`epochs_seconds`),
-        on the sync chief the late changes dropped so far in the job (`sync_dropped`), and for an async worker
-        in a cluster the push's staleness (`staleness`: the other workers' pushes since its pull)."""
+        on the sync chief the late changes dropped so far in the job (`sync_dropped`), for an async worker
+        in a cluster the push's staleness (`staleness`: the other workers' pushes since its pull), and this
+        process's updates so far whose change was not finite and was pushed as none (`discarded_updates`)."""
         sync = self._g.sync
         begin = time.perf_counter()
         label = self.session.run(sync.step) if sync else None  # read before the weights it labels
@@ -283,17 +291,31 @@ class Learner:
         trained = time.perf_counter()
         timings = {}
         if sync:
-            self.session.run(sync.push, {sync.label: label})
+            _, finite = self.session.run([sync.push, self._g.finite], {sync.label: label})
             sync.wait(self.session, label)
         else:
-            _, staleness = self.session.run([self._g.push, self._g.staleness])
+            _, finite, staleness = self.session.run([self._g.push, self._g.finite, self._g.staleness])
             if self.cluster is not None:
                 timings["staleness"] = float(staleness)
+        if not finite:
+            self._discard(metrics)
         timings["ps_seconds"] = pulled - begin + time.perf_counter() - trained
         timings["epochs_seconds"] = trained - pulled
         if self.aggregator is not None:
             timings["sync_dropped"] = self.aggregator.dropped
+        timings["discarded_updates"] = self.discarded_updates
         return {**{key: float(value) for key, value in metrics.items()}, **timings}
+
+    def _discard(self, metrics: dict[str, Any]) -> None:
+        """After an update whose change was not finite (and so was pushed as none): count it, say so, and start
+        the local copy and its Adam afresh, whose moments may hold the NaN."""
+        self.discarded_updates += 1
+        log.warning(
+            "an update's change was not finite (grad norm %s, loss terms %s): pushed as no change, Adam restarted",
+            metrics["grad_norm"],
+            ", ".join(f"{name} {metrics[name]}" for name in ("policy_loss", "value_loss", "entropy")),
+        )
+        self._reset_local()
 
     def finish_iteration(
         self, batch: Batch, env_steps: int, observation_moments: Moments, return_moments: Moments

@@ -112,6 +112,7 @@ class Outputs:
             "policy/std": float(np.exp(state.policy.log_std).mean()),
             "optimizer/learning_rate": losses["learning_rate"],
             "optimizer/grad_norm": losses["grad_norm"],
+            "optimizer/discarded_updates": losses["discarded_updates"],
             "perf/env_steps_per_second": steps / seconds,
             "perf/sampling_steps_per_second": steps / sampling_seconds,
             "perf/ps_share": ps_share(losses),

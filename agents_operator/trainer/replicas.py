@@ -61,11 +61,24 @@ class Shared:
         return {"weights": self.networks.variables(), **self.statistics, **self.counters}
 
 
-def changes(anchor: list[tf.Variable], weights: list[tf.Variable], local_scope: Scope) -> list[tf.Tensor]:
+@dataclass
+class Changes:
     """This worker's change of each weight as a pseudo-gradient (the anchor less the weights, computed on the
     worker): plain SGD with step size 1 on it adds the change."""
+
+    deltas: list[tf.Tensor]
+    """The changes; all zero when `finite` is false, so that a NaN or inf of one worker never reaches the shared
+    weights, from which every worker would then act and learn."""
+    finite: tf.Tensor
+    """bool: every change was finite (read it in the run that pushes `deltas`: the same values)."""
+
+
+def changes(anchor: list[tf.Variable], weights: list[tf.Variable], local_scope: Scope) -> Changes:
+    """The change of `weights` since `anchor`, pushed as no change when any of it is not finite."""
     with local_scope():
-        return [a - w for a, w in zip(anchor, weights, strict=True)]
+        raw = [a - w for a, w in zip(anchor, weights, strict=True)]
+        finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(delta)) for delta in raw]))
+        return Changes([tf.where(finite, delta, tf.zeros_like(delta)) for delta in raw], finite)
 
 
 @dataclass

@@ -31,6 +31,8 @@ TAGS = {
     "policy/std": "mean standard deviation of the Gaussian policy (state-dependent: of its exploration weights)",
     "optimizer/learning_rate": "Adam step size (after the lr_schedule)",
     "optimizer/grad_norm": "global gradient norm before clipping",
+    "optimizer/discarded_updates": "this process's updates so far whose change was not finite (NaN or inf): each "
+    "was pushed as no change, and its Adam started afresh",
     "perf/env_steps_per_second": "environment steps per second of the whole iteration (sampling + update)",
     "perf/sampling_steps_per_second": "environment steps per second while sampling only",
     "perf/simulation_share": "share of the sampling processes' time spent stepping the environments (the rest: "

@@ -1,5 +1,7 @@
 """The learner graph (trainer/learner.py): numpy actor == TF graph, counters, KL penalty."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -79,3 +81,28 @@ def test_kl_penalty_coefficient_adapts():
         assert state.kl_beta == pytest.approx(1.5)
     finally:
         learner.close()
+
+
+def test_an_update_whose_change_is_not_finite_leaves_the_shared_weights_and_the_next_update_learns(learner, caplog):
+    state = learner.initialize()
+    batch = batch_for(state)
+    poisoned = dataclasses.replace(batch, returns=np.full_like(batch.returns, np.nan))
+    metrics = learner.update(poisoned, np.random.default_rng(0))
+    assert metrics["discarded_updates"] == 1
+    assert "not finite" in caplog.text
+    after, _ = learner.finish_iteration(batch, 32, Moments.zeros((OBS,)), Moments.zeros(()))
+    for before, now in zip(_weights(state), _weights(after), strict=True):
+        np.testing.assert_array_equal(before, now)
+    assert after.global_step == 1  # the push was counted, with no change
+    # the local Adam, whose moments held the NaN, started afresh: the next update learns
+    healthy = learner.update(batch, np.random.default_rng(1))
+    assert healthy["discarded_updates"] == 1 and np.isfinite(healthy["grad_norm"])
+    learned, _ = learner.finish_iteration(batch, 32, Moments.zeros((OBS,)), Moments.zeros(()))
+    assert all(np.isfinite(w).all() for w in _weights(learned))
+    assert any((b != w).any() for b, w in zip(_weights(state), _weights(learned), strict=True))
+
+
+def _weights(state) -> list[np.ndarray]:
+    policy = state.policy
+    layers = [w for layer in policy.policy for w in layer], [w for layer in policy.value for w in layer]
+    return [*layers[0], policy.log_std, *layers[1]]

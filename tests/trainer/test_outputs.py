@@ -21,6 +21,7 @@ LOSSES = {
     "entropy_coef": 0.0,
     "learning_rate": 3e-4,
     "grad_norm": 1.0,
+    "discarded_updates": 0,
     "ps_seconds": 0.5,
     "finish_seconds": 0.5,
     "epochs_seconds": 3.0,

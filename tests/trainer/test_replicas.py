@@ -38,7 +38,8 @@ def test_the_shared_state_starts_fresh(session):
 
 
 def _worker(shared: Shared, name: str):
-    """A worker's anchor, weights and pulled step, as variables of their own, and its push."""
+    """A worker's anchor, weights and pulled step, as variables of their own, its push and whether the change
+    it pushes is finite."""
     variables = shared.networks.variables()
     with tf.compat.v1.variable_scope(name):
         anchor, weights = (
@@ -49,7 +50,8 @@ def _worker(shared: Shared, name: str):
             for kind in ("anchor", "weights")
         )
         pulled_step = tf.compat.v1.get_variable("pulled_step", [], tf.int64, initializer=tf.zeros_initializer())
-    return anchor, weights, pulled_step, push(shared, changes(anchor, weights, contextlib.nullcontext), pulled_step)
+    change = changes(anchor, weights, contextlib.nullcontext)
+    return anchor, weights, pulled_step, push(shared, change.deltas, pulled_step), change.finite
 
 
 def _set_change(session, anchor, weights, rng) -> list[np.ndarray]:
@@ -63,12 +65,12 @@ def _set_change(session, anchor, weights, rng) -> list[np.ndarray]:
 
 def test_a_push_adds_the_workers_change_to_the_shared_weights_and_counts_one_update(session):
     shared = Shared.create(CONFIG, OBS, ACT)
-    anchor, weights, _, pushed = _worker(shared, "worker")
+    anchor, weights, _, pushed, finite = _worker(shared, "worker")
     session.run(tf.compat.v1.global_variables_initializer())
     before = session.run(shared.networks.variables())
     deltas = _set_change(session, anchor, weights, np.random.default_rng(0))
-    _, staleness = session.run([pushed.op, pushed.staleness])
-    assert staleness == 0
+    _, staleness, was_finite = session.run([pushed.op, pushed.staleness, finite])
+    assert staleness == 0 and was_finite
     for after, was, change in zip(session.run(shared.networks.variables()), before, deltas, strict=True):
         np.testing.assert_allclose(after, was + change, rtol=1e-5, atol=1e-6)
     assert session.run(shared.counters["global_step"]) == 1
@@ -77,8 +79,8 @@ def test_a_push_adds_the_workers_change_to_the_shared_weights_and_counts_one_upd
 @pytest.mark.parametrize("others", [1, 3])
 def test_a_push_after_other_workers_pushes_reads_their_number_as_its_staleness(session, others):
     shared = Shared.create(CONFIG, OBS, ACT)
-    anchor, weights, pulled_step, pushed = _worker(shared, "late")
-    other_anchor, other_weights, _, other = _worker(shared, "other")
+    anchor, weights, pulled_step, pushed, _ = _worker(shared, "late")
+    other_anchor, other_weights, _, other, _ = _worker(shared, "other")
     session.run(tf.compat.v1.global_variables_initializer())
     rng = np.random.default_rng(1)
     session.run(pulled_step.assign(0))  # pulled before any push
@@ -92,3 +94,18 @@ def test_a_push_after_other_workers_pushes_reads_their_number_as_its_staleness(s
     for after, was, change in zip(session.run(shared.networks.variables()), before, deltas, strict=True):
         np.testing.assert_allclose(after, was + change, rtol=1e-5, atol=1e-6)
     assert session.run(shared.counters["global_step"]) == others + 1
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_change_that_is_not_finite_anywhere_is_pushed_as_none_and_still_counted(session, bad):
+    shared = Shared.create(CONFIG, OBS, ACT)
+    anchor, weights, _, pushed, finite = _worker(shared, "worker")
+    session.run(tf.compat.v1.global_variables_initializer())
+    before = session.run(shared.networks.variables())
+    _set_change(session, anchor, weights, np.random.default_rng(0))
+    session.run(weights[-1][0].assign(bad))  # one value of one weight, the rest of the change finite
+    _, was_finite = session.run([pushed.op, finite])
+    assert not was_finite
+    for after, was in zip(session.run(shared.networks.variables()), before, strict=True):
+        np.testing.assert_array_equal(after, was)
+    assert session.run(shared.counters["global_step"]) == 1

@@ -12,6 +12,21 @@ import math
 
 import tensorflow as tf
 
+LOG_RATIO_LIMIT = 10.0
+"""The largest log probability ratio that counts (a ratio of e^10, about 22,000, far outside any clip range).
+
+Why: float32's exp overflows to inf above 88.7, and a policy ratio gets there where the std is small and the
+policies far apart, as when an async worker pulls weights a ps restored from an older checkpoint late in a run
+(std 0.015 and 30 stds apart). An inf ratio times a behaviour weight that underflowed to 0 is NaN, an inf on
+the clipped side still reaches the gradient as 0 x inf = NaN, and one NaN gradient makes every weight NaN.
+Bounded, the products of a ratio, a weight, an advantage and the gradient of a log-probability stay finite;
+a sample past the bound gives no gradient through its ratio."""
+
+
+def log_ratio(log_prob: tf.Tensor, old_log_prob: tf.Tensor) -> tf.Tensor:
+    """log(pi / pi_old) per sample, at most `LOG_RATIO_LIMIT`: what every ratio of the objective is the exp of."""
+    return tf.minimum(log_prob - old_log_prob, LOG_RATIO_LIMIT)
+
 
 def gaussian_log_prob(actions: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
     """log pi(a|s) of a diagonal Gaussian, summed over action dimensions: shape (batch,)."""
@@ -56,7 +71,7 @@ def behaviour_weights(batch: dict[str, tf.Tensor]) -> tf.Tensor | None:
     """
     if "proximal_log_probs" not in batch:
         return None
-    return tf.exp(batch["proximal_log_probs"] - batch["log_probs"])
+    return tf.exp(log_ratio(batch["proximal_log_probs"], batch["log_probs"]))
 
 
 def kl_penalty(

@@ -48,7 +48,7 @@ def ppo_objective(
     is the surrogate's epsilon now (`config.clip_range` after its `clip_schedule`), `entropy_coef` the entropy
     bonus's weight now (`config.entropy_coef` after its `entropy_schedule`)."""
     log_prob = losses.gaussian_log_prob(batch["actions"], mean, log_std)
-    log_ratio = log_prob - batch.get("proximal_log_probs", batch["log_probs"])
+    log_ratio = losses.log_ratio(log_prob, batch.get("proximal_log_probs", batch["log_probs"]))
     ratio = tf.exp(log_ratio)
     kl = losses.gaussian_kl(batch["means"], batch["log_std"], mean, log_std)
     advantages = batch["advantages"]

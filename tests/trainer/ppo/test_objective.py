@@ -124,3 +124,43 @@ def test_with_a_proximal_policy_the_clip_is_around_it_and_the_samples_are_weighe
     # The KL is still the behaviour's (it adapts the penalty and is logged as policy/kl).
     behaviour = _evaluate(config, moved, LOG_STD)
     np.testing.assert_allclose(out["kl"], behaviour["kl"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("objective", ["clip", "kl_penalty"])
+def test_a_narrow_policy_far_from_its_proximal_one_still_has_finite_gradients(objective):
+    """Late in a run the std is small (pendulum's reaches 0.015), and the proximal policy an async worker pulls
+    after a ps came back from an older checkpoint may sit 30 stds from the one that acted. Its weights
+    pi_prox / pi_behaviour then underflow to 0 while a slightly wider policy makes the ratio pi / pi_prox
+    overflow: 0 x inf is NaN, and one NaN gradient makes every weight NaN once pushed."""
+    config = TrainerConfig(env_id="Pendulum-v1", objective=objective, normalize_advantages=False)
+    narrow = np.array([-4.2], np.float32)
+    actions = MEANS + np.float32(0.015) * np.array([[0.3], [-1.1], [0.7], [2.0]], np.float32)
+    proximal = MEANS + np.float32(0.45)
+    batch = {
+        "actions": actions,
+        "log_probs": gaussian_log_prob_np((actions - MEANS) * np.exp(-narrow), narrow),
+        "proximal_log_probs": gaussian_log_prob_np((actions - proximal) * np.exp(-narrow), narrow),
+        "means": MEANS,
+        "log_std": narrow,
+        "values": VALUES,
+        "advantages": ADVANTAGES,
+        "returns": RETURNS,
+    }
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        mean, log_std = tf.Variable(proximal), tf.Variable(narrow + np.float32(0.2))
+        out = ppo_objective(
+            config,
+            {name: tf.constant(value) for name, value in batch.items()},
+            mean,
+            log_std,
+            tf.constant(VALUES),
+            tf.constant(1.0),
+            config.clip_range,
+            config.entropy_coef,
+        )
+        gradients = tf.gradients(out.loss, [mean, log_std])
+        session.run(tf.compat.v1.global_variables_initializer())
+        loss, metrics, grads = session.run([out.loss, out.metrics, gradients])
+    assert np.isfinite(loss)
+    assert all(np.isfinite(value) for value in metrics.values()), metrics
+    assert all(np.isfinite(g).all() for g in grads), grads
