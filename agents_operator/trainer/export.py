@@ -202,6 +202,11 @@ def export_state(
         seed = config.seed + topology.EVALUATION_SEED_OFFSET
         returns, _ = source.run_episodes(state.policy, observations, config.eval_episodes, seed)
         evaluated = evaluation(returns, seed)
+    if not np.isfinite(evaluated.returns).all():
+        raise exported.ExportError(
+            f"{checkpoint.name} not exported: its evaluation returned {evaluated.returns} (the policy's weights or "
+            "the environment's rewards are not finite); the checkpoint is kept"
+        )
     metadata = exported.Metadata(
         env_id=config.env_id,
         max_episode_steps=config.max_episode_steps,

@@ -3,6 +3,7 @@ the signatures TensorFlow Serving sees, written by the chief at the end and by `
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -15,6 +16,7 @@ from agents_operator import exported, presets, topology
 from agents_operator.exported import policy as loader
 from agents_operator.trainer import checkpoints, export, loop, playback, rundir
 from agents_operator.trainer.envs.episodes import deterministic
+from agents_operator.trainer.learner import Learner
 from agents_operator.trainer.ppo.normalize import Moments, Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from tests.trainer.cli import run
@@ -210,3 +212,22 @@ def test_a_state_dependent_policy_samples_with_the_std_of_each_state(tmp_path):
     np.testing.assert_allclose(log_probs, per_dim.sum(axis=1), rtol=1e-4, atol=1e-4)
     assert np.ptp(want_log_std) > 0.5  # the std does vary with the state
     np.testing.assert_array_equal(export.read(tmp_path / "model")[0].log_std, log_std)
+
+
+def test_a_policy_that_evaluates_to_nan_is_not_exported_and_the_export_before_it_stays(trained, tmp_path):
+    config, logdir = trained
+    out = tmp_path / "exported"
+    shutil.copytree(logdir / exported.DIRECTORY, out)
+    before = (out / exported.METADATA).read_text()
+    learner = Learner(config, 3, 1)
+    try:
+        state, checkpoint = checkpoints.restore_latest(learner, logdir)
+    finally:
+        learner.close()
+    (kernel, bias), *rest = state.policy.policy
+    nan = np.full_like(kernel, np.nan)
+    broken = NumpyPolicy([(nan, bias), *rest], state.policy.log_std, state.policy.value, config.activation)
+    refused = pytest.raises(exported.ExportError, match=r"ckpt-00000001 not exported: its evaluation returned \[nan")
+    with playback.source(config.env_id, config.max_episode_steps, None, 1, render=False) as source, refused:
+        export.export_state(out, config, dataclasses.replace(state, policy=broken), checkpoint, source, None, True)
+    assert (out / exported.METADATA).read_text() == before
