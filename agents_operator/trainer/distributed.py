@@ -130,14 +130,17 @@ def wait_for(name: str, address: str, sleep: Callable[[float], None] = time.slee
 
 
 def wait_until_gone(
-    others: Callable[[], list[str]], note: Callable[[str], None], timeout: float = GONE_TIMEOUT_SECONDS
+    others: Callable[[], list[str]],
+    note: Callable[[str], None],
+    timeout: float = GONE_TIMEOUT_SECONDS,
+    what: str = "other worker(s) to finish",
 ) -> None:
-    """Block until none of the addresses `others()` names (the workers flagged in the job) still listens (they
-    left, or died), or `timeout`."""
+    """Block until none of the addresses `others()` names (the workers flagged in the job, say) still listens
+    (they left, or died), or `timeout`; `what` names them in the note that says it waits."""
     deadline = time.monotonic() + timeout
     remaining = [a for a in others() if _listening(a)]
     if remaining:
-        note(f"waiting for {len(remaining)} other worker(s) to finish")
+        note(f"waiting for {len(remaining)} {what}")
     while remaining and time.monotonic() < deadline:
         time.sleep(READY_POLL_SECONDS)
         remaining = [a for a in others() if _listening(a)]

@@ -15,9 +15,10 @@ from agents_operator.trainer.learner import Learner, LearnerState
 from agents_operator.trainer.progress import Progress
 
 EXIT_GRACE_SECONDS = 30.0
-"""How long the chief, once no other worker holds a slot, waits for those that gave theirs back to exit. The job
-succeeds when the chief does, and `cleanPodPolicy: Running` then deletes the pods still running: a worker that
-left a moment before the chief must have exited (its pod Succeeded, its logs kept) by then."""
+"""How long the chief, once no other worker holds a slot, waits for those that gave theirs back to exit, and once
+it told the ps tasks the job is over, for them to exit. The job succeeds when the chief does, and
+`cleanPodPolicy: Running` then deletes the pods still running: a worker that left a moment before the chief, and
+every ps, must have exited (its pod Succeeded, its logs kept) by then."""
 
 
 class StopRequest:
@@ -50,7 +51,9 @@ def leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, 
 
     The chief keeps its session (and, in sync mode, the thread that applies the updates) until every other
     worker has left, having released any that waits for a step that will not come, and those that left have
-    exited (`EXIT_GRACE_SECONDS`); then it checkpoints what they all learned.
+    exited (`EXIT_GRACE_SECONDS`); then it checkpoints what they all learned, tells the ps tasks that the job is
+    over and waits for them to exit too (as long again): the job succeeds when the chief does, and a ps still
+    running then would be deleted (cleanPodPolicy Running) rather than end Succeeded with its logs.
     """
     if cluster.is_chief:
         learner.release_waiting()
@@ -60,6 +63,9 @@ def leave_cluster(cluster: distributed.Cluster, learner: Learner, logdir: Path, 
     if cluster.is_chief:
         progress.note(f"checkpoint {checkpoints.save(learner, logdir, state.iterations)}")
     learner.finish()
+    if cluster.is_chief:  # `finish` told them the job is over
+        ps_tasks = cluster.tf_config.cluster[naming.PS]
+        distributed.wait_until_gone(lambda: ps_tasks, progress.note, EXIT_GRACE_SECONDS, "parameter server(s) to exit")
     return state
 
 

@@ -43,6 +43,23 @@ def _watch(ns: Namespace, job: str, timeout: float) -> tuple[list[dict[str, str]
     return rows, last_state, logs
 
 
+def _ended(ns: Namespace, pod: str, seen: dict, timeout: float = 30.0) -> dict:
+    """The state of `pod`'s trainer container once it is terminated. The chief waits for the ps to exit before
+    it exits, but the kubelet reports each pod on its own: the job may end before a ps's exit is reported. `seen`
+    when the pod is gone."""
+    deadline = time.monotonic() + timeout
+    state = seen
+    while time.monotonic() < deadline:
+        statuses = (ns.pod(pod).get("status") or {}).get("containerStatuses") or []
+        state = next((c.get("state") for c in statuses if c["name"] == "agents"), None)
+        if state is None:
+            return seen
+        if "terminated" in state:
+            return state
+        time.sleep(0.5)
+    return state
+
+
 def test_pendulum_example_trains_to_succeeded_on_real_pods(namespace, tmp_path):
     ns = namespace
     volume = ns.provide_volume(tmp_path / "volume")
@@ -59,7 +76,9 @@ def test_pendulum_example_trains_to_succeeded_on_real_pods(namespace, tmp_path):
     steps = [int(r["STEP"]) for r in rows if r.get("STEP", "").isdigit()]
     assert len(set(steps)) >= 2 and steps == sorted(steps), f"Step did not move in kubectl get aj: {rows}"
     assert any(r.get("SCORE") for r in rows), f"no Score in kubectl get aj: {rows}"
-    assert last_state[f"{name}-ps-0"].get("terminated", {}).get("exitCode") == 0, last_state
+    ps = f"{name}-ps-0"
+    last_state[ps] = _ended(ns, ps, last_state[ps])
+    assert last_state[ps].get("terminated", {}).get("exitCode") == 0, last_state
     for replica in running:
         assert logs.get(replica), f"no kubectl logs of {replica}"
 

@@ -88,3 +88,29 @@ def test_the_chief_leaves_only_once_a_worker_that_gave_its_slot_back_has_exited(
         listener.close()
     assert time.monotonic() - begin >= 0.5
     assert calls == ["release", "waiting for 1 other worker(s) to finish", "save", "checkpoint ckpt-3", "finish"]
+
+
+def test_the_chief_returns_only_once_the_ps_it_told_the_job_is_over_has_exited(monkeypatch):
+    """The ps still listens for 0.5 s after the chief's `finish` (which tells it the job is over): the chief, whose
+    exit makes the job Succeeded, waits for it to exit, so that cleanPodPolicy Running does not delete it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    ps = f"127.0.0.1:{listener.getsockname()[1]}"
+    job = distributed.Cluster(tfconfig.TFConfig({"ps": [ps], "worker": ["localhost:2"]}, "worker", 0))
+    calls = []
+    closer = threading.Timer(0.5, listener.close)
+    chief = SimpleNamespace(
+        membership=Flags([0]),
+        session=None,
+        release_waiting=lambda: None,
+        state=lambda: SimpleNamespace(iterations=3),
+        finish=lambda: calls.append("finish") or closer.start(),
+    )
+    monkeypatch.setattr(leaving.checkpoints, "save", lambda *_: "ckpt-3")
+    begin = time.monotonic()
+    try:
+        leaving.leave_cluster(job, chief, Path("unused"), SimpleNamespace(note=calls.append))
+    finally:
+        closer.cancel()
+        listener.close()
+    assert time.monotonic() - begin >= 0.5
+    assert calls == ["checkpoint ckpt-3", "finish", "waiting for 1 parameter server(s) to exit"]
