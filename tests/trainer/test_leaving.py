@@ -61,32 +61,38 @@ def test_the_chief_waits_for_the_workers_in_the_job_and_for_every_slot_while_ps_
     assert leaving.other_members(cluster(0), learner(lost)) == ["localhost:3", "localhost:4"]
 
 
-def test_the_chief_leaves_only_once_a_worker_that_gave_its_slot_back_has_exited(monkeypatch):
-    """Worker 1 has left (no flag) but its process still listens for 0.5 s: the chief, whose exit makes the job
-    Succeeded, waits for it to close first."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    address = f"127.0.0.1:{listener.getsockname()[1]}"
-    job = distributed.Cluster(
-        tfconfig.TFConfig({"ps": ["localhost:1"], "worker": ["localhost:2", address]}, "worker", 0)
-    )
-    calls = []
+def _chief_leaves(monkeypatch, tasks: dict, listener: socket.socket, calls: list, close_after_finish: bool) -> float:
+    """Worker 0 of `tasks` (the chief, alone in the job) leaves it while `listener` closes 0.5 s after the start,
+    or 0.5 s after the chief's `finish`; what it did goes to `calls`. The seconds it took."""
+    closer = threading.Timer(0.5, listener.close)
     chief = SimpleNamespace(
         membership=Flags([0]),
         session=None,
         release_waiting=lambda: calls.append("release"),
         state=lambda: SimpleNamespace(iterations=3),
-        finish=lambda: calls.append("finish"),
+        finish=lambda: calls.append("finish") or (closer.start() if close_after_finish else None),
     )
     monkeypatch.setattr(leaving.checkpoints, "save", lambda *_: calls.append("save") or "ckpt-3")
-    closer = threading.Timer(0.5, listener.close)
+    job = distributed.Cluster(tfconfig.TFConfig(tasks, "worker", 0))
     begin = time.monotonic()
-    closer.start()
+    if not close_after_finish:
+        closer.start()
     try:
         leaving.leave_cluster(job, chief, Path("unused"), SimpleNamespace(note=calls.append))
     finally:
         closer.cancel()
         listener.close()
-    assert time.monotonic() - begin >= 0.5
+    return time.monotonic() - begin
+
+
+def test_the_chief_leaves_only_once_a_worker_that_gave_its_slot_back_has_exited(monkeypatch):
+    """Worker 1 has left (no flag) but its process still listens for 0.5 s: the chief, whose exit makes the job
+    Succeeded, waits for it to close first."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    calls = []
+    tasks = {"ps": ["localhost:1"], "worker": ["localhost:2", address]}
+    assert _chief_leaves(monkeypatch, tasks, listener, calls, close_after_finish=False) >= 0.5
     assert calls == ["release", "waiting for 1 other worker(s) to finish", "save", "checkpoint ckpt-3", "finish"]
 
 
@@ -95,22 +101,6 @@ def test_the_chief_returns_only_once_the_ps_it_told_the_job_is_over_has_exited(m
     exit makes the job Succeeded, waits for it to exit, so that cleanPodPolicy Running does not delete it."""
     listener = socket.create_server(("127.0.0.1", 0))
     ps = f"127.0.0.1:{listener.getsockname()[1]}"
-    job = distributed.Cluster(tfconfig.TFConfig({"ps": [ps], "worker": ["localhost:2"]}, "worker", 0))
     calls = []
-    closer = threading.Timer(0.5, listener.close)
-    chief = SimpleNamespace(
-        membership=Flags([0]),
-        session=None,
-        release_waiting=lambda: None,
-        state=lambda: SimpleNamespace(iterations=3),
-        finish=lambda: calls.append("finish") or closer.start(),
-    )
-    monkeypatch.setattr(leaving.checkpoints, "save", lambda *_: "ckpt-3")
-    begin = time.monotonic()
-    try:
-        leaving.leave_cluster(job, chief, Path("unused"), SimpleNamespace(note=calls.append))
-    finally:
-        closer.cancel()
-        listener.close()
-    assert time.monotonic() - begin >= 0.5
-    assert calls == ["checkpoint ckpt-3", "finish", "waiting for 1 parameter server(s) to exit"]
+    assert _chief_leaves(monkeypatch, {"ps": [ps], "worker": ["localhost:2"]}, listener, calls, True) >= 0.5
+    assert calls == ["release", "save", "checkpoint ckpt-3", "finish", "waiting for 1 parameter server(s) to exit"]

@@ -30,17 +30,7 @@ def _evaluate(
     that the policy N(MEANS, exp(LOG_STD)^2) acted in; with `proximal` means, the update started from
     N(proximal, exp(LOG_STD)^2) (overlapped sampling's `proximal_log_probs`); `entropy_coef` is the bonus's
     weight after its schedule (default: the config's)."""
-    batch = {
-        "actions": ACTIONS,
-        "log_probs": gaussian_log_prob_np((ACTIONS - MEANS) * np.exp(-LOG_STD), LOG_STD),
-        "means": MEANS,
-        "log_std": LOG_STD,
-        "values": VALUES,
-        "advantages": ADVANTAGES,
-        "returns": RETURNS,
-    }
-    if proximal is not None:
-        batch["proximal_log_probs"] = gaussian_log_prob_np((ACTIONS - proximal) * np.exp(-LOG_STD), LOG_STD)
+    batch = _batch(ACTIONS, LOG_STD, proximal)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         objective = ppo_objective(
             config,
@@ -53,6 +43,23 @@ def _evaluate(
             config.entropy_coef if entropy_coef is None else entropy_coef,
         )
         return session.run({"loss": objective.loss, "kl": objective.kl, **objective.metrics})
+
+
+def _batch(actions: np.ndarray, log_std: np.ndarray, proximal: np.ndarray | None) -> dict[str, np.ndarray]:
+    """A batch of `actions` that N(MEANS, exp(`log_std`)^2) acted; with `proximal` means, the update started from
+    N(proximal, exp(`log_std`)^2)."""
+    batch = {
+        "actions": actions,
+        "log_probs": gaussian_log_prob_np((actions - MEANS) * np.exp(-log_std), log_std),
+        "means": MEANS,
+        "log_std": log_std,
+        "values": VALUES,
+        "advantages": ADVANTAGES,
+        "returns": RETURNS,
+    }
+    if proximal is not None:
+        batch["proximal_log_probs"] = gaussian_log_prob_np((actions - proximal) * np.exp(-log_std), log_std)
+    return batch
 
 
 @pytest.mark.parametrize("objective", ["clip", "kl_penalty"])
@@ -136,16 +143,7 @@ def test_a_narrow_policy_far_from_its_proximal_one_still_has_finite_gradients(ob
     narrow = np.array([-4.2], np.float32)
     actions = MEANS + np.float32(0.015) * np.array([[0.3], [-1.1], [0.7], [2.0]], np.float32)
     proximal = MEANS + np.float32(0.45)
-    batch = {
-        "actions": actions,
-        "log_probs": gaussian_log_prob_np((actions - MEANS) * np.exp(-narrow), narrow),
-        "proximal_log_probs": gaussian_log_prob_np((actions - proximal) * np.exp(-narrow), narrow),
-        "means": MEANS,
-        "log_std": narrow,
-        "values": VALUES,
-        "advantages": ADVANTAGES,
-        "returns": RETURNS,
-    }
+    batch = _batch(actions, narrow, proximal)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         mean, log_std = tf.Variable(proximal), tf.Variable(narrow + np.float32(0.2))
         out = ppo_objective(
