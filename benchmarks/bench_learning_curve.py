@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 
 from agents_operator import presets  # noqa: E402
 from agents_operator.trainer import commands, loop  # noqa: E402
+from agents_operator.trainer.outputs import RunResult  # noqa: E402
 
 GOALS = {"pendulum": (-250.0, 300_000), "inverted_pendulum": (950.0, 150_000)}
 
@@ -71,7 +72,7 @@ def sampling_throughput(config, rounds: int, seconds: float) -> tuple[float, flo
         return raw, sampling
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="pendulum", choices=presets.names(), help="preset (default pendulum)")
     parser.add_argument("--steps", type=int, help="environment steps (default: the goal's budget or the preset's)")
@@ -82,8 +83,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-seconds", type=float, default=3.0, help="seconds per throughput round")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--logdir", type=Path, help="keep the run here (default: a temporary directory)")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def curve_record(result: RunResult, goal: float | None, budget: int | None, batch_size: int) -> dict:
+    """What the evaluations say against the goal: its curve, the first step at the goal, the final return."""
+    curve = [[steps, round(value, 1)] for steps, value in result.evaluations]
+    reached = next((steps for steps, value in result.evaluations if goal is not None and value >= goal), None)
+    final = curve[-1][1] if curve else None
+    within_budget = budget is not None and result.env_steps < budget + batch_size
+    return {
+        "env_steps": result.env_steps,
+        "goal_return": goal,
+        "goal_steps": budget,
+        "first_step_at_goal": reached,
+        "final_eval_return": final,
+        "best_eval_return": max(value for _, value in curve) if curve else None,
+        "goal_met": goal is not None and final is not None and final >= goal and within_budget,
+        "eval_curve": curve,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     goal, budget = GOALS.get(args.task, (None, None))
     settings = {
@@ -99,22 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     raw, sampling = sampling_throughput(config, args.rounds, args.round_seconds)
     with tempfile.TemporaryDirectory() as scratch:
         result = loop.train(config, args.logdir or Path(scratch) / "run")
-    curve = [[steps, round(value, 1)] for steps, value in result.evaluations]
-    reached = next((steps for steps, value in result.evaluations if goal is not None and value >= goal), None)
-    final = curve[-1][1] if curve else None
-    within_budget = budget is not None and result.env_steps < budget + config.batch_size
     record = {
         "task": args.task,
         "env_id": config.env_id,
         "seed": args.seed,
-        "env_steps": result.env_steps,
-        "goal_return": goal,
-        "goal_steps": budget,
-        "first_step_at_goal": reached,
-        "final_eval_return": final,
-        "best_eval_return": max(value for _, value in curve) if curve else None,
-        "goal_met": goal is not None and final is not None and final >= goal and within_budget,
-        "eval_curve": curve,
+        **curve_record(result, goal, budget, config.batch_size),
         "wall_s": round(result.wall_seconds, 1),
         "steps_per_s": round(result.env_steps / result.wall_seconds),
         "train_sampling_steps_per_s": round(result.sampling_steps / result.sampling_seconds),

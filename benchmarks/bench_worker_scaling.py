@@ -34,6 +34,7 @@ from pathlib import Path
 from local_job_runs import job_rates, run_job
 
 from agents_operator import presets
+from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.make import usable_cpus
 
 
@@ -78,7 +79,7 @@ def timed_job(preset: str, overrides: dict, workers: int, logdir: Path, batch: i
     return {**job_rates(logdir, batch), **costs}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="pendulum")
     parser.add_argument("--iterations", type=int, default=20, help="iterations per worker")
@@ -86,29 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         "--envs", type=int, default=None, help="environments per worker, in one process (default: the preset's layout)"
     )
     parser.add_argument("--mode", default="async", choices=["sync", "async"])
-    args = parser.parse_args(argv)
-    layout = {} if args.envs is None else {"envsPerWorker": args.envs, "envsPerProcess": args.envs}
-    config = presets.resolve(args.preset, layout)
-    results = {}
-    for workers in (1, 2):
-        with tempfile.TemporaryDirectory() as logdir:
-            overrides = {
-                **layout,
-                "mode": args.mode,
-                "totalSteps": args.iterations * workers * config.batch_size,
-                "evalEvery": 0,
-                "checkpointEvery": 1_000_000,
-                "videoEpisodes": 0,
-            }
-            try:
-                results[workers] = timed_job(args.preset, overrides, workers, Path(logdir), config.batch_size)
-            except RuntimeError as error:
-                print(json.dumps({"error": str(error)}))
-                return 1
-    one, two = results[1], results[2]
+    return parser
+
+
+def figures(args: argparse.Namespace, config: TrainerConfig, one: dict, two: dict) -> dict:
+    """The JSON line: both jobs, their ratios and the model's predictions for larger clusters."""
     parameters = parameter_count(config)
     ps_seconds = one["ps_share"] * one["update_seconds"]
-    figures = {
+    return {
         "benchmark": "scaling",
         "preset": args.preset,
         "mode": args.mode,
@@ -134,7 +120,29 @@ def main(argv: list[str] | None = None) -> int:
             for ps_tasks in (1, 2, 4)
         ],
     }
-    print(json.dumps(figures))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    layout = {} if args.envs is None else {"envsPerWorker": args.envs, "envsPerProcess": args.envs}
+    config = presets.resolve(args.preset, layout)
+    results = {}
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory() as logdir:
+            overrides = {
+                **layout,
+                "mode": args.mode,
+                "totalSteps": args.iterations * workers * config.batch_size,
+                "evalEvery": 0,
+                "checkpointEvery": 1_000_000,
+                "videoEpisodes": 0,
+            }
+            try:
+                results[workers] = timed_job(args.preset, overrides, workers, Path(logdir), config.batch_size)
+            except RuntimeError as error:
+                print(json.dumps({"error": str(error)}))
+                return 1
+    print(json.dumps(figures(args, config, results[1], results[2])))
     return 0
 
 
