@@ -39,9 +39,9 @@ def test_the_identical_setting_follows_the_config():
     changed = {
         "epochs": 3,
         "minibatches": 16,
-        "activation": "relu",
+        "activation": "tanh",
         "learning_rate": 1e-4,
-        "lr_schedule": "constant",
+        "lr_schedule": "linear",
         "clip_schedule": "linear",
         "entropy_coef": 0.02,
         "entropy_schedule": "linear",
@@ -56,13 +56,13 @@ def test_the_identical_setting_follows_the_config():
     setting = json.loads(json.dumps(bench_sb3_compare.identical(config)))  # as sb3_runner.py reads it
     ppo = setting["ppo"]
     assert (ppo["n_epochs"], ppo["batch_size"], ppo["n_steps"]) == (3, config.batch_size // 16, config.rollout_steps)
-    assert (ppo["learning_rate"], setting["lr_schedule"], ppo["gamma"]) == (1e-4, "constant", 0.98)
+    assert (ppo["learning_rate"], setting["lr_schedule"], ppo["gamma"]) == (1e-4, "linear", 0.98)
     assert (ppo["clip_range"], setting["clip_schedule"]) == (config.clip_range, "linear")
     assert (ppo["ent_coef"], setting["entropy_schedule"]) == (0.02, "linear")
     assert ppo["vf_coef"] == pytest.approx(0.4)  # SB3's value loss is twice the trainer's
     assert ppo["max_grad_norm"] == math.inf
     assert setting["normalize"]["clip_obs"] == 5.0 and setting["normalize"]["gamma"] == 0.98
-    assert setting["policy"]["activation"] == "relu"
+    assert setting["policy"]["activation"] == "tanh"
     assert setting["policy"]["net_arch"] == {"pi": config.policy_layers, "vf": config.value_layers}
     assert (setting["max_episode_steps"], setting["threads"], setting["n_envs"]) == (300, 2, 16)
 
