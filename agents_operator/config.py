@@ -144,6 +144,12 @@ class TrainerConfig(BaseModel):
 
     # --- normalisation ----------------------------------------------------------------------------------
     normalize_observations: bool = Field(True, description="Streaming mean/std observation normalisation.")
+    observation_statistics: Literal["rollout", "step"] = Field(
+        "rollout",
+        description="The observation statistics a rollout acts with: 'rollout': those of the rollouts before it, "
+        "fixed for its length (the first rollout of a run is not normalised); 'step': also updated with every "
+        "step's observations as it goes, by each process that acts, as SB3's VecNormalize does.",
+    )
     normalize_rewards: bool = Field(True, description="Scale rewards by the std of the discounted return.")
     clip_observations: float = Field(10.0, gt=0, le=1e6, description="Clip normalised observations to +-this.")
     clip_rewards: float = Field(10.0, gt=0, le=1e6, description="Clip normalised rewards to +-this.")

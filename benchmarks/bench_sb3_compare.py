@@ -34,9 +34,11 @@ init, initial log std, Adam epsilon, VecNormalize with the preset's observation/
 and discount, SubprocVecEnv, torch threads = the preset's `threads`; the time limit is the same because both use
 `make_env`, and SB3 bootstraps truncated episodes as the trainer does. What SB3 cannot express, and how each
 is handled, is `UNMATCHED` (also in `--help`): the KL-penalty objective (refused), the trainer's pessimistic
-value clipping (no preset uses it), several environments per process; besides, VecNormalize updates its
-statistics every step, where the trainer normalises a whole rollout with the statistics from before it (the
-first rollout unnormalised). The JSON lists these per task under `differences`.
+value clipping (no preset uses it), several environments per process, and how observation statistics move:
+VecNormalize updates them every step with every environment's observations, where the trainer normalises a
+whole rollout with the statistics from before it (`observation_statistics: rollout`, the first rollout
+unnormalised) or each process updates them every step with its own environments' (`step`). The JSON lists
+these per task under `differences`.
 
 `sb3_zoo` is `ZOO`, from DLR-RM/rl-baselines3-zoo, hyperparams/ppo.yml at commit 208b6fdf3a9a (every entry
 "# Tuned"; n_timesteps is replaced by `--steps`):
@@ -162,6 +164,9 @@ UNMATCHED = {
     "video_episodes": "outputs: none rendered here",
     "export": "outputs: nothing exported here",
     "metrics_port": "outputs: no /metrics here",
+    "observation_statistics": "VecNormalize updates its statistics every step with all the environments' "
+    "observations: with `step` the trainer's processes do so with their own environments' each, with `rollout` "
+    "the statistics are fixed per rollout; listed under `differences`",
 }
 """The settings of `TrainerConfig` that SB3 cannot express as the trainer means them, or that only shape the
 outputs of a run, and how the referee handles each."""
@@ -250,8 +255,12 @@ def zoo(config: TrainerConfig) -> dict[str, Any]:
 def differences(config: TrainerConfig) -> list[str]:
     """How `identical(config)` still trains otherwise than the trainer."""
     spread = "one per usable CPU" if config.envs_per_process is None else f"{config.envs_per_process} envs each"
+    statistics = {
+        "rollout": "the trainer once per rollout (the first rollout unnormalised)",
+        "step": "the trainer every step too, but each environment process with its own environments' observations",
+    }[config.observation_statistics]
     found = [
-        "normalisation statistics: VecNormalize updates them every step, the trainer once per rollout",
+        f"normalisation statistics: VecNormalize updates them every step with every environment's, {statistics}",
         f"environment processes: SB3 {config.envs_per_worker} (one per environment), the trainer {spread}",
     ]
     if config.value_clip is not None:

@@ -63,12 +63,12 @@ def iterate(
     begin = time.monotonic()
     # "Run policy pi_theta_old in environment for T timesteps": the numpy snapshot of theta_old acts, with
     # noise drawn from `rng` up front, wherever the environments are (`sampling.samplers`, `envs.rollout.run`).
-    rollout, first_acting = sampler.rollout(state.policy)
+    rollout = sampler.rollout(state.policy)
     # "Compute advantage estimates A_1, ..., A_T": truncated GAE, eq. 11-12, A_t = delta_t + (gamma lambda)
     # delta_{t+1} + ..., delta_t = r_t + gamma V(s_{t+1}) - V(s_t), bootstrapped from V where an episode hit its
     # time limit and after step T; value targets A_t + V(s_t); rewards scaled, observations normalised
     # (`sampling.batch.to_batch`, `ppo.returns`).
-    batch, episode_returns, episode_lengths = to_batch(rollout, sampler.env, state.policy, config, first_acting)
+    batch, episode_returns, episode_lengths = to_batch(rollout, sampler.env, state.policy, config)
     return _learn(batch, sampler.env, learner, rng, begin, (episode_returns, episode_lengths))
 
 

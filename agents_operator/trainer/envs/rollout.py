@@ -39,11 +39,15 @@ from agents_operator.trainer.ppo.policy import NumpyPolicy
 
 @dataclass
 class Rollout:
-    """T steps of n environments as the policy lived them; time-major arrays, raw (unnormalised) values."""
+    """T steps of n environments as the policy lived them; time-major arrays, raw (unnormalised) values but
+    for `acting`."""
 
     observations: np.ndarray
     """(T + 1, n, *obs_shape) float32: the observation each step acted on, then the one after the last step.
     Where an episode ended, the next row holds the next episode's first observation."""
+    acting: np.ndarray
+    """(T + 1, n, *obs_shape) float32: `observations` normalised as the policy saw them: what each step acted
+    on, then what the last value was computed on (`ppo.normalize`, per step or fixed per rollout)."""
     actions: np.ndarray
     """(T, n, act_dim) float32: sampled, before clipping to the action bounds."""
     log_probs: np.ndarray
@@ -96,8 +100,8 @@ class Rollout:
     @classmethod
     def concatenate(cls, parts: list[Rollout]) -> Rollout:
         """The rollouts of consecutive groups of environments as one (environment indices shifted)."""
-        time_major = ("observations", "actions", "log_probs", "means", "values", "rewards", "terminated")
-        time_major += ("truncated", "final_values")
+        time_major = ("observations", "acting", "actions", "log_probs", "means", "values", "rewards")
+        time_major += ("terminated", "truncated", "final_values")
         merged = {name: np.concatenate([getattr(part, name) for part in parts], axis=1) for name in time_major}
         stacked = ("last_values", "restarted", "simulation_seconds")
         stacked += ("episode_steps", "episode_returns", "episode_lengths")
@@ -130,6 +134,7 @@ class _Record:
         steps, n, act_dim = noise.steps, noise.num_envs, noise.action_dim
         self.observations = np.empty((steps + 1, n, *observations.shape[1:]), np.float32)
         self.observations[0] = observations
+        self.acting = np.empty_like(self.observations)
         self.actions, self.means = (np.empty((steps, n, act_dim), np.float32) for _ in range(2))
         self.log_probs, self.values, self.rewards = (np.empty((steps, n), np.float32) for _ in range(3))
         self.final_values = np.zeros((steps, n), np.float32)
@@ -140,8 +145,10 @@ class _Record:
         self.episode_lengths: list[int] = []
 
     def step(self, t: int, rows: slice, step: StepResult, policy: NumpyPolicy, normalizer: Normalizer) -> None:
-        """Record step `t` of the environments `rows`; value the final observations of truncated episodes."""
+        """Record step `t` of the environments `rows`, counting its observations in `normalizer` (per step);
+        value the final observations of truncated episodes."""
         self.observations[t + 1, rows], self.rewards[t, rows] = step.observations, step.rewards
+        normalizer.advance(step.observations)
         self.terminated[t, rows], self.truncated[t, rows] = step.terminated, step.truncated
         if step.truncated.any():
             self.final_values[t, rows][step.truncated] = policy.value_of(
@@ -156,6 +163,7 @@ class _Record:
     def rollout(self, last_values: np.ndarray) -> Rollout:
         return Rollout(
             observations=self.observations,
+            acting=self.acting,
             actions=self.actions,
             log_probs=self.log_probs,
             means=self.means,
@@ -184,6 +192,8 @@ def run(
     """`noise.steps` steps of `env` from its current raw `observations`, acting with `policy`: per step,
     normalise, act with that step's noise, value, step; the value of a truncated episode's final observation
     for bootstrapping. `first_acting` is what the first step acts on, if not `observations` normalised now.
+    Each group normalises with a `snapshot` of `normalizer` of its own, which it advances with its own
+    observations where the statistics are updated per step (as a worker process does on its own).
 
     Each group of environments (`env.groups`: a worker process, an env server) runs through the rollout on
     its own: as soon as a group's step returns, the policy acts for it and sends it on while the other
@@ -196,23 +206,27 @@ def run(
     record = _Record(observations, noise)
     groups = [slice(envs.start, envs.stop) for envs in env.groups]
     draw = policy.act_held if noise.held else policy.act
+    normalizers = [normalizer.snapshot() for _ in groups]
 
     def act(t: int, group: int, acting: np.ndarray) -> None:
         rows = groups[group]
+        record.acting[t, rows] = acting
         record.actions[t, rows], record.log_probs[t, rows], record.means[t, rows] = draw(acting, noise.at(t, rows))
         record.values[t, rows] = policy.value_of(acting)
         env.send_step(group, record.actions[t, rows])
 
-    first = normalizer.normalize(observations) if first_acting is None else first_acting
     for group, rows in enumerate(groups):
-        act(0, group, first[rows])
+        act(0, group, normalizers[group].normalize(observations[rows]) if first_acting is None else first_acting[rows])
     for t in range(steps):
         for group, rows in enumerate(groups):
             step = env.receive_step(group)
-            record.step(t, rows, step, policy, normalizer)
+            record.step(t, rows, step, policy, normalizers[group])
             if t + 1 < steps:
-                act(t + 1, group, normalizer.normalize(step.observations))
-    last = [policy.value_of(normalizer.normalize(record.observations[steps, rows])) for rows in groups]
+                act(t + 1, group, normalizers[group].normalize(step.observations))
+    last = []
+    for group, rows in enumerate(groups):
+        record.acting[steps, rows] = normalizers[group].normalize(record.observations[steps, rows])
+        last.append(policy.value_of(record.acting[steps, rows]))
     return record.rollout(np.concatenate(last))
 
 

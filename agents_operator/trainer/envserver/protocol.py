@@ -18,7 +18,8 @@ token `session`, see `server.EnvService`):
     Reset     {session}                           -> observations, session
     Step      {actions, session}                  -> the fields of `envs.types.StepResult`
     Collect   {weights, num_policy_layers, activation, observation_moments, clip_observations,
-               normalize_observations, noise, session}  -> the fields of `envs.rollout.Rollout`
+               normalize_observations, observations_per_step, noise, session}
+                                                  -> the fields of `envs.rollout.Rollout`
               (`collect_message`: the policy's fields are `envs.policy_message`'s; held exploration
               weights add noise_steps and noise_hold, `envs.noise.Noise.to_message`)
     Evaluate  {the policy fields of Collect, episodes, seed}

@@ -4,11 +4,16 @@ Statistics are kept as additive sums (count, sum, sum of squares, float64). Sums
 the statistics a worker gathered during a rollout can be pushed to shared TensorFlow variables with one
 `assign_add`, in any order and concurrently with other workers, without a read-modify-write race.
 
-A `Normalizer` standardises with its `shared` statistics (as last read from the learner's variables),
-which stay fixed for a whole rollout; what it observes meanwhile is pending until `take_pending` hands
-the rollout's sums over to be pushed. So acting costs a subtraction, a division and a clip per step, the
-moments are computed once per rollout, and all workers normalise alike between two updates. The first
-rollout of a run has no statistics yet and passes observations through unchanged.
+A `Normalizer` standardises with its `shared` statistics (as last read from the learner's variables);
+what it observes meanwhile is pending until `take_pending` hands the rollout's sums over to be pushed.
+How a rollout acts (`acting`, config `observation_statistics`):
+- "rollout": with the shared statistics, fixed for the whole rollout. Acting costs a subtraction, a
+  division and a clip per step, and all workers normalise alike between two updates; the first rollout of
+  a run has no statistics yet and passes observations through unchanged.
+- "step": with statistics that each acting process also updates with every step's observations of its
+  own environments (`advance`), as SB3's VecNormalize and BatchPPO's filters do: the first rollout is
+  normalised from its first step, from the statistics of the environments' first observations on. The
+  moments are recomputed per step; the sums still reach the shared statistics once per rollout.
 """
 
 from __future__ import annotations
@@ -56,10 +61,11 @@ class Moments:
 class Normalizer:
     """Standardise arrays with the shared statistics and clip the result to +-clip."""
 
-    def __init__(self, shape: tuple[int, ...], clip: float, enabled: bool = True):
+    def __init__(self, shape: tuple[int, ...], clip: float, enabled: bool = True, per_step: bool = False):
         self.shape = shape
         self.clip = clip
         self.enabled = enabled
+        self.per_step = per_step
         self._observed: list[np.ndarray] = []
         self.shared = Moments.zeros(shape)
 
@@ -93,12 +99,25 @@ class Normalizer:
         self.shared = self._shared + pending
         return pending
 
+    @property
+    def acting_moments(self) -> Moments:
+        """The statistics a rollout starting now acts with: the shared ones, and per step what is pending too
+        (a run's first observations, counted before its first rollout)."""
+        return self._shared + self.pending if self.per_step else self._shared
+
     def snapshot(self) -> Normalizer:
-        """A normaliser with these shared statistics that observes nothing of its own: what a rollout collected
-        while this one moves on acts with (`sampling.overlapped`)."""
-        copy = Normalizer(self.shape, self.clip, self.enabled)
-        copy.shared = self._shared
+        """A normaliser with the `acting_moments` as its shared statistics that observes nothing of its own:
+        what one process's part of a rollout acts with (`envs.rollout.run`), and what a rollout collected
+        while this one moves on starts from (`sampling.overlapped`)."""
+        copy = Normalizer(self.shape, self.clip, self.enabled, self.per_step)
+        copy.shared = self.acting_moments
         return copy
+
+    def advance(self, batch: np.ndarray) -> None:
+        """Per step, count a step's observations (first axis: environments) in the statistics acted with from
+        the next step on; fixed per rollout, nothing. For a `snapshot`: its sums are never pushed."""
+        if self.per_step:
+            self.shared = self._shared + Moments.of(batch)
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         if not self.enabled:

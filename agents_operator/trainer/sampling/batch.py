@@ -12,7 +12,6 @@ import numpy as np
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.ppo import returns
-from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
@@ -35,15 +34,10 @@ class Batch:
 
 
 def to_batch(
-    rollout: Rollout,
-    env: TrainingEnv,
-    policy: NumpyPolicy,
-    config: TrainerConfig,
-    first_acting: np.ndarray | None = None,
-    normalizer: Normalizer | None = None,
+    rollout: Rollout, env: TrainingEnv, policy: NumpyPolicy, config: TrainerConfig
 ) -> tuple[Batch, list[float], list[int]]:
-    """The PPO batch, episode returns and lengths of a rollout acted by `policy`; `first_acting` as given to
-    `run`, `normalizer` the statistics the rollout acted with when not `env`'s (`overlapped`).
+    """The PPO batch, episode returns and lengths of a rollout acted by `policy`, on its observations as the
+    policy saw them (`Rollout.acting`).
 
     Feeds `env`'s observation normaliser and reward scaler with the rollout, step by step in time order,
     scales the rewards, and computes GAE with bootstrapping from `final_values` at truncations and from
@@ -58,9 +52,6 @@ def to_batch(
     for t in range(steps):
         env.observations.observe(rollout.observations[t + 1])
         env.rewards.track(rollout.rewards[t], done[t])
-    acting = (normalizer or env.observations).normalize(rollout.observations[:steps])
-    if first_acting is not None:
-        acting[0] = first_acting
     next_values = returns.next_values(rollout.values, rollout.last_values, rollout.final_values, done)
     advantages, value_targets = returns.gae(
         env.rewards.scale(rollout.rewards),
@@ -71,7 +62,7 @@ def to_batch(
         config.discount,
         config.gae_lambda,
     )
-    observations = acting.reshape(steps * n, -1)
+    observations = rollout.acting[:steps].reshape(steps * n, -1)
     batch = Batch(
         observations=observations,
         actions=rollout.actions.reshape(steps * n, -1),

@@ -4,8 +4,8 @@ The double-buffered sampling of Sample Factory (Petrenko et al. 2020), at a poli
 while the learner turns theta_k into theta_k+1 on rollout k, the environments collect rollout k+1 with
 theta_k, the policy the update starts from, and the statistics the observations were normalised with then.
 Rollout k itself was acted by theta_k-1. Its batch (`overlapped_batch`) keeps what that behaviour policy
-stored: its actions' log-probabilities, its Gaussians, the observations as it saw them (`to_batch` with
-its normaliser). PPO's objective is then decoupled PPO's (Hilton et al. 2021, `ppo.losses.behaviour_weights`):
+stored: its actions' log-probabilities, its Gaussians, the observations as it saw them
+(`Rollout.acting`). PPO's objective is then decoupled PPO's (Hilton et al. 2021, `ppo.losses.behaviour_weights`):
 the clip is taken around theta_k (`ProximalBatch.proximal_log_probs`), and each sample is weighted by
 pi_theta_k / pi_behaviour, so the update is the clipped surrogate importance-sampled from what acted. Clipped
 around the behaviour instead, a Pendulum run learned far less at the same steps (docs/trainer.md,
@@ -150,13 +150,13 @@ class OverlappedSampler:
         self._in_flight = _InFlight(self.sampler, behaviour, self.sampler.noise(policy))
 
 
-def revalued(rollout: Rollout, policy: NumpyPolicy, normalizer: Normalizer) -> Rollout:
+def revalued(rollout: Rollout, policy: NumpyPolicy) -> Rollout:
     """`rollout` with its values and last values computed by `policy`'s value net, on the observations as
-    they were normalised when acted on. The final values of truncated episodes stay the behaviour's: a
-    rollout holds their values, not their final observations."""
+    they were normalised when acted on (`Rollout.acting`). The final values of truncated episodes stay the
+    behaviour's: a rollout holds their values, not their final observations."""
     steps = len(rollout.rewards)
-    values = policy.value_of(normalizer.normalize(rollout.observations[:steps])).astype(np.float32)
-    last_values = policy.value_of(normalizer.normalize(rollout.observations[steps])).astype(np.float32)
+    values = policy.value_of(rollout.acting[:steps]).astype(np.float32)
+    last_values = policy.value_of(rollout.acting[steps]).astype(np.float32)
     return dataclasses.replace(rollout, values=values, last_values=last_values)
 
 
@@ -166,7 +166,7 @@ def overlapped_batch(
     """`to_batch` of a rollout acted by `behaviour`, one update behind `policy` (the one the update starts from):
     observations as the behaviour saw them, its log-probabilities and Gaussians; values per `overlap_values`."""
     if config.overlap_values == "recomputed":
-        rollout = revalued(rollout, policy, behaviour.normalizer)
-    batch, returns, lengths = to_batch(rollout, env, behaviour.policy, config, normalizer=behaviour.normalizer)
+        rollout = revalued(rollout, policy)
+    batch, returns, lengths = to_batch(rollout, env, behaviour.policy, config)
     proximal = policy.log_prob(batch.observations, batch.actions)
     return ProximalBatch(**vars(batch), proximal_log_probs=proximal), returns, lengths

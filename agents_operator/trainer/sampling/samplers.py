@@ -33,9 +33,8 @@ class _Sampling(abc.ABC):
     rng: np.random.Generator
 
     @abc.abstractmethod
-    def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, np.ndarray | None]:
-        """A rollout of `rollout_steps` x `num_envs` transitions, and what its first step acted on when not its
-        first observations normalised now (`to_batch`'s `first_acting`)."""
+    def rollout(self, policy: NumpyPolicy) -> Rollout:
+        """A rollout of `rollout_steps` x `num_envs` transitions."""
 
     @abc.abstractmethod
     def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise) -> Rollout:
@@ -45,8 +44,7 @@ class _Sampling(abc.ABC):
 
     def collect(self, policy: NumpyPolicy) -> tuple[Batch, list[float], list[int]]:
         """`rollout`, then `to_batch`: the PPO batch and the episodes that ended in the rollout."""
-        rollout, first_acting = self.rollout(policy)
-        return to_batch(rollout, self.env, policy, self.config, first_acting)
+        return to_batch(self.rollout(policy), self.env, policy, self.config)
 
     def settle(self) -> None:
         """Nothing runs between two calls of a serial sampler: the environments are free (`overlapped` waits)."""
@@ -67,7 +65,7 @@ class Sampler(_Sampling):
     """Colocated sampling: turns rollouts of a `BatchEnv` into PPO batches, the policy acting in the worker
     processes for their own environments (`BatchEnv.collect`), with no exchange per step.
 
-    Every rollout acts on its first observations as they were normalised at the end of the previous one.
+    Every rollout acts on its first observations as they were normalised for the previous one's last value.
     """
 
     def __init__(self, env: TrainingEnv, config: TrainerConfig, rng: np.random.Generator):
@@ -75,18 +73,14 @@ class Sampler(_Sampling):
         self.config = config
         self.rng = rng
         self.raw_observations = env.reset()
-        self.observations = env.observations.normalize(self.raw_observations)
+        self.observations = env.observations.snapshot().normalize(self.raw_observations)
         self.simulation_seconds = np.zeros(0)
 
-    def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, np.ndarray]:
-        acting = self.observations
-        rollout = self._rollout_with(policy, self.env.observations, self.noise(policy), acting)
+    def rollout(self, policy: NumpyPolicy) -> Rollout:
+        rollout = self._rollout_with(policy, self.env.observations, self.noise(policy), self.observations)
         self.simulation_seconds = rollout.simulation_seconds
-        # The statistics change only when the iteration ends (`Normalizer.take_pending`): normalised now, the
-        # next rollout's first observations are as `to_batch` would see them.
-        self.raw_observations = rollout.observations[-1]
-        self.observations = self.env.observations.normalize(self.raw_observations)
-        return rollout, acting
+        self.raw_observations, self.observations = rollout.observations[-1], rollout.acting[-1]
+        return rollout
 
     def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise) -> Rollout:
         rollout = self._rollout_with(policy, normalizer, noise, None)
@@ -123,8 +117,8 @@ class RolloutSampler(_Sampling):
         env.reset()
         self.simulation_seconds = np.zeros(0)
 
-    def rollout(self, policy: NumpyPolicy) -> tuple[Rollout, None]:
-        return self.rollout_with(policy, self.env.observations, self.noise(policy)), None
+    def rollout(self, policy: NumpyPolicy) -> Rollout:
+        return self.rollout_with(policy, self.env.observations, self.noise(policy))
 
     def rollout_with(self, policy: NumpyPolicy, normalizer: Normalizer, noise: Noise) -> Rollout:
         rollout = self.env.env.collect(policy, normalizer, noise)

@@ -20,7 +20,12 @@ class TrainingEnv:
 
     def __init__(self, env: BatchEnv | RemoteBatchEnv, config: TrainerConfig):
         self.env = env
-        self.observations = Normalizer(env.observation_shape, config.clip_observations, config.normalize_observations)
+        self.observations = Normalizer(
+            env.observation_shape,
+            config.clip_observations,
+            config.normalize_observations,
+            per_step=config.observation_statistics == "step",
+        )
         self.rewards = RewardScaler(env.num_envs, config.discount, config.clip_rewards, config.normalize_rewards)
 
     def reset(self) -> np.ndarray:

@@ -18,6 +18,7 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
         ended = np.array(episodes, np.float64).reshape(-1, 3)
         return Rollout(
             observations=np.full((steps + 1, num_envs, 3), num_envs, np.float32),
+            acting=np.full((steps + 1, num_envs, 3), -num_envs, np.float32),
             actions=np.zeros((steps, num_envs, 1), np.float32),
             log_probs=zeros,
             means=np.zeros((steps, num_envs, 1), np.float32),
@@ -37,6 +38,7 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
 
     merged = Rollout.concatenate([part(2, [(1, 0, -1.0), (3, 1, -2.0)]), part(1, [(0, 0, -3.0), (3, 0, -4.0)])])
     assert merged.observations.shape == (5, 3, 3) and merged.observations[0, :, 0].tolist() == [2, 2, 1]
+    assert merged.acting.shape == (5, 3, 3) and merged.acting[4, :, 2].tolist() == [-2, -2, -1]
     assert merged.episode_returns.tolist() == [-3.0, -1.0, -2.0, -4.0]  # by step, then environment
     assert merged.episode_envs.tolist() == [2, 0, 1, 2] and merged.episode_steps.tolist() == [0, 1, 3, 3]
     assert merged.restarted.tolist() == [False, False, True]

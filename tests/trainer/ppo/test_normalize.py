@@ -75,3 +75,32 @@ def test_rewards_are_divided_by_the_std_of_the_discounted_return_including_the_r
     scaler.statistics.take_pending()
     np.testing.assert_allclose(scaler.statistics.shared.mean, np.mean(seen))
     np.testing.assert_allclose(scaler.scale(rewards), expected, rtol=1e-5)
+
+
+def test_per_step_statistics_start_from_what_is_pending_and_advance_with_every_step():
+    """config observation_statistics "step": a rollout acts with the shared statistics plus what is pending
+    (the run's first observations), then with each step's observations counted too; the copy that acts never
+    pushes them (the trainer's normaliser counts the rollout once, `take_pending`)."""
+    first, step, later = _chunks(1)[1:4]
+    normalizer = Normalizer((3,), clip=1e6, per_step=True)
+    normalizer.observe(first)  # the environments' first observations, before the first rollout
+    acting = normalizer.snapshot()
+    np.testing.assert_allclose(acting.mean, first.mean(axis=0), rtol=1e-6)
+    acting.advance(step)
+    everything = np.concatenate([first, step])
+    np.testing.assert_allclose(acting.mean, everything.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(acting.std, np.sqrt(everything.var(axis=0) + 1e-8), rtol=1e-5)
+    assert acting.pending.count == 0 and normalizer.shared.count == 0  # nothing to push from the copy
+    assert normalizer.take_pending().count == len(first)
+    normalizer.observe(later)  # the rollout's observations, counted after it (`to_batch`)
+    assert normalizer.snapshot().shared.count == len(first) + len(later)
+
+
+def test_statistics_fixed_per_rollout_ignore_what_is_pending_and_every_step():
+    normalizer = Normalizer((3,), clip=1e6)
+    normalizer.observe(_chunks(2)[2])
+    acting = normalizer.snapshot()
+    acting.advance(_chunks(2)[3])
+    assert acting.shared.count == 0
+    x = np.array([[3.0, 0.0, 40.0]])
+    np.testing.assert_array_equal(acting.normalize(x), x.astype(np.float32))  # the first rollout: unnormalised

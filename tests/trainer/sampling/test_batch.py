@@ -24,8 +24,10 @@ def _rollout() -> Rollout:
     terminated[1, 0] = truncated[1, 1] = True
     final_values = np.zeros((T, N), np.float32)
     final_values[1, 1] = 10.0
+    observations = np.arange((T + 1) * N, dtype=np.float32).reshape(T + 1, N, 1)
     return Rollout(
-        observations=np.arange((T + 1) * N, dtype=np.float32).reshape(T + 1, N, 1),
+        observations=observations,
+        acting=-observations,
         actions=np.full((T, N, 1), 0.25, np.float32),
         log_probs=np.full((T, N), -1.0, np.float32),
         means=np.zeros((T, N, 1), np.float32),
@@ -49,7 +51,7 @@ def batch_of():
     )
     env = TrainingEnv(SimpleNamespace(observation_shape=(1,), num_envs=N), config)
     policy = NumpyPolicy(policy=[], log_std=np.array([-0.5]), value=[], activation="tanh")
-    return lambda rollout, first_acting=None: to_batch(rollout, env, policy, config, first_acting)
+    return lambda rollout: to_batch(rollout, env, policy, config)
 
 
 def test_gae_and_value_targets_by_hand(batch_of):
@@ -76,13 +78,13 @@ def test_gae_and_value_targets_by_hand(batch_of):
     assert (returns, lengths) == ([3.0, 2.0], [2, 2])
 
 
-def test_the_batch_is_time_major_flattened_and_acts_on_first_acting(batch_of):
+def test_the_batch_is_time_major_flattened_and_holds_the_observations_as_acted_on(batch_of):
     rollout = _rollout()
-    batch, _, _ = batch_of(rollout, first_acting=np.array([[-1.0], [-2.0]], np.float32))
+    batch, _, _ = batch_of(rollout)
     assert len(batch) == T * N
     # Row t * N + j is step t of environment j; the observations are those acted on (not the one after step T),
-    # unnormalised here, but the first step's, which are `first_acting`.
-    np.testing.assert_array_equal(batch.observations[:, 0], [-1, -2, 2, 3, 4, 5, 6, 7])
+    # as the policy saw them (`Rollout.acting`), not the raw ones.
+    np.testing.assert_array_equal(batch.observations[:, 0], [0, -1, -2, -3, -4, -5, -6, -7])
     np.testing.assert_array_equal(batch.values, rollout.values.reshape(-1))
     np.testing.assert_array_equal(batch.log_probs, np.full(T * N, -1.0))
     np.testing.assert_array_equal(batch.log_std, np.array([-0.5], np.float32))

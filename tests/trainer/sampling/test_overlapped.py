@@ -169,8 +169,9 @@ def test_an_overlapped_batch_is_the_behaviours_batch() -> None:
 def test_recomputed_values_are_the_current_value_nets_on_what_the_behaviour_saw() -> None:
     (_, second), (_, overlapped) = real_rollouts()
     rollout, behaviour = overlapped[1]
-    again = revalued(rollout, second, behaviour.normalizer)
+    again = revalued(rollout, second)
     acting = behaviour.normalizer.normalize(rollout.observations)
+    np.testing.assert_array_equal(rollout.acting, acting)  # statistics fixed per rollout
     np.testing.assert_array_equal(again.values, second.value_of(acting[:-1]).astype(np.float32))
     np.testing.assert_array_equal(again.last_values, second.value_of(acting[-1]).astype(np.float32))
     assert not np.array_equal(again.values, rollout.values)

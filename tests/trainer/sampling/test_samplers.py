@@ -3,14 +3,18 @@ wherever the policy acts, and PPO trained on remote environments in both modes."
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from agents_operator.config import TrainerConfig
 from agents_operator.tfconfig import EnvServers
 from agents_operator.trainer.envs.batch import BatchEnv
+from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.envserver.client import RemoteBatchEnv
 from agents_operator.trainer.ppo.normalize import Moments
+from agents_operator.trainer.sampling.batch import to_batch
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler, StepSampler, for_placement
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from tests.trainer.envserver.servers import FAST, serving
@@ -19,9 +23,13 @@ from tests.trainer.policies import ROLLOUT_CONFIG, random_policy
 pytestmark = pytest.mark.timeout(60)
 
 
+MID_RUN = Moments(50.0, np.array([10.0, -5.0, 20.0]), np.array([60.0, 40.0, 300.0]))
+PER_STEP = ROLLOUT_CONFIG.model_copy(update={"observation_statistics": "step"})
+
+
 def sample(env: TrainingEnv, sampler_type: type, rollouts: int = 2) -> tuple[list, np.random.Generator]:
     """Rollouts of a random policy, with normaliser statistics as a trainer would have them mid-run."""
-    env.observations.shared = Moments(50.0, np.array([10.0, -5.0, 20.0]), np.array([60.0, 40.0, 300.0]))
+    env.observations.shared = MID_RUN
     env.rewards.statistics.shared = Moments(50.0, np.array(-100.0), np.array(900.0))
     rng = np.random.default_rng(0)
     sampler = sampler_type(env, ROLLOUT_CONFIG, rng)
@@ -73,6 +81,37 @@ def test_where_the_policy_acts_changes_nothing_and_grouping_only_rounding() -> N
         np.testing.assert_allclose(returns, want_returns, rtol=1e-4)
         assert lengths == want_lengths == [20] * len(lengths)
     assert grouped_rng.bit_generator.state == whole_rng.bit_generator.state
+
+
+def test_per_step_statistics_are_each_processs_own_and_the_same_wherever_the_policy_acts() -> None:
+    """observation_statistics "step": each process normalises with the statistics the rollout started from
+    (here mid-run, plus the environments' first observations, still pending) and every observation of its own
+    environments since, computed by hand below; the same rollouts whether the worker processes act or this
+    one, and the batch holds the observations as acted on."""
+    rollouts = {}
+    for sampler_type in (Sampler, StepSampler):
+        with BatchEnv("Pendulum-v1", 3, envs_per_process=2, seed=11, max_episode_steps=20) as batch_env:
+            env = TrainingEnv(batch_env, PER_STEP)
+            env.observations.shared = MID_RUN
+            sampler = sampler_type(env, PER_STEP, np.random.default_rng(0))
+            policy = random_policy(PER_STEP, 3, 1)
+            rollouts[sampler_type] = rollout = sampler.rollout(policy)
+            batch, _, _ = to_batch(rollout, env, policy, PER_STEP)
+    for field in dataclasses.fields(Rollout):
+        if field.name != "simulation_seconds":
+            got, want = getattr(rollouts[Sampler], field.name), getattr(rollouts[StepSampler], field.name)
+            np.testing.assert_array_equal(got, want, err_msg=field.name)
+    observations, acting = rollout.observations, rollout.acting
+    np.testing.assert_array_equal(batch.observations, acting[:-1].reshape(-1, 3))
+    for rows in (slice(0, 2), slice(2, 3)):  # the two processes' environments
+        moments = MID_RUN + Moments.of(observations[0])
+        for t in range(PER_STEP.rollout_steps + 1):
+            mean, std = moments.mean.astype(np.float32), np.sqrt(moments.var + 1e-8).astype(np.float32)
+            np.testing.assert_allclose(acting[t, rows], (observations[t, rows] - mean) / std, rtol=1e-6, atol=1e-6)
+            if t < PER_STEP.rollout_steps:
+                moments = moments + Moments.of(observations[t + 1, rows])
+    fixed = (observations - MID_RUN.mean.astype(np.float32)) / np.sqrt(MID_RUN.var + 1e-8).astype(np.float32)
+    assert not np.allclose(acting[1:], fixed[1:], atol=1e-3)  # not the statistics the rollout started from
 
 
 # --- training ----------------------------------------------------------------------------------------
