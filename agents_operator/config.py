@@ -141,6 +141,12 @@ class TrainerConfig(BaseModel):
     orthogonal_init: bool = Field(
         True, description="Orthogonal weight init (gain sqrt 2 hidden, 0.01 policy head, 1 value head)."
     )
+    plain_init: Literal["glorot_uniform", "pytorch"] = Field(
+        "glorot_uniform",
+        description="The weights when orthogonal_init is false: 'glorot_uniform' (Keras's default, zero biases) or "
+        "'pytorch' (torch.nn.Linear's default, weights and biases uniform in +-1/sqrt(fan_in): what SB3 trains "
+        "with ortho_init=False).",
+    )
 
     # --- normalisation ----------------------------------------------------------------------------------
     normalize_observations: bool = Field(True, description="Streaming mean/std observation normalisation.")
@@ -206,6 +212,12 @@ class TrainerConfig(BaseModel):
                 f"exploration_hold ({self.exploration_hold}) holds gSDE's exploration weights: it needs "
                 "exploration: state_dependent"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _plain_init_without_orthogonal(self) -> TrainerConfig:
+        if self.plain_init != "glorot_uniform" and self.orthogonal_init:
+            raise ValueError(f"plain_init ({self.plain_init}) is the init without orthogonal_init: set it false")
         return self
 
     @property

@@ -34,7 +34,8 @@ init, initial log std, Adam epsilon, VecNormalize with the preset's observation/
 and discount, SubprocVecEnv, torch threads = the preset's `threads`; the time limit is the same because both use
 `make_env`, and SB3 bootstraps truncated episodes as the trainer does. What SB3 cannot express, and how each
 is handled, is `UNMATCHED` (also in `--help`): the KL-penalty objective (refused), the trainer's pessimistic
-value clipping (no preset uses it), several environments per process, and how observation statistics move:
+value clipping (no preset uses it), several environments per process, the initial weights without orthogonal
+initialisation unless `plain_init` is pytorch, and how observation statistics move:
 VecNormalize updates them every step with every environment's observations, where the trainer normalises a
 whole rollout with the statistics from before it (`observation_statistics: rollout`, the first rollout
 unnormalised) or each process updates them every step with its own environments' (`step`). The JSON lists
@@ -164,6 +165,8 @@ UNMATCHED = {
     "video_episodes": "outputs: none rendered here",
     "export": "outputs: nothing exported here",
     "metrics_port": "outputs: no /metrics here",
+    "plain_init": "SB3's ortho_init=False keeps PyTorch's init, which is plain_init pytorch; glorot_uniform is "
+    "listed under `differences`",
     "observation_statistics": "VecNormalize updates its statistics every step with all the environments' "
     "observations: with `step` the trainer's processes do so with their own environments' each, with `rollout` "
     "the statistics are fixed per rollout; listed under `differences`",
@@ -265,6 +268,8 @@ def differences(config: TrainerConfig) -> list[str]:
     ]
     if config.value_clip is not None:
         found.append(f"value_clip: {UNMATCHED['value_clip']}")
+    if not config.orthogonal_init and config.plain_init != "pytorch":
+        found.append(f"initial weights: the trainer {config.plain_init}, SB3 PyTorch's default (plain_init pytorch)")
     return found
 
 

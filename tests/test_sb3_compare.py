@@ -77,6 +77,19 @@ def test_both_sb3_settings_train_and_evaluate_as_the_trainer_run_does():
         assert setting["evaluation"] == evaluation
 
 
+def test_what_sb3_trains_otherwise_is_listed_by_setting():
+    plain = presets.resolve("hopper", {"plain_init": "glorot_uniform"})
+    matched = presets.resolve("hopper", {"plain_init": "pytorch", "observation_statistics": "step"})
+    assert any("initial weights: the trainer glorot_uniform" in line for line in bench_sb3_compare.differences(plain))
+    assert not any("initial weights" in line for line in bench_sb3_compare.differences(matched))
+    statistics = [line for line in bench_sb3_compare.differences(matched) if line.startswith("normalisation")]
+    assert statistics == [
+        "normalisation statistics: VecNormalize updates them every step with every environment's, the trainer "
+        "every step too, but each environment process with its own environments' observations"
+    ]
+    assert "once per rollout" in " ".join(bench_sb3_compare.differences(plain))
+
+
 def test_the_kl_penalty_objective_is_refused():
     with pytest.raises(ValueError, match="kl_penalty"):
         bench_sb3_compare.identical(presets.resolve("pendulum", {"objective": "kl_penalty"}))

@@ -56,6 +56,24 @@ def test_without_orthogonal_initialisation_the_weights_are_glorot_uniform():
     assert np.abs(kernel).max() <= limit and not np.allclose(kernel @ kernel.T, 2.0 * np.eye(OBS), atol=0.1)
 
 
+def test_pytorchs_init_is_uniform_in_one_over_the_root_of_the_fan_in_biases_too():
+    """SB3 with ortho_init=False keeps torch.nn.Linear's init: U(+-1/sqrt(fan_in)) for weights and biases."""
+    networks, values, _ = built(orthogonal_init=False, plain_init="pytorch")
+    policy = NumpyPolicy.from_values(values, len(networks.policy), "tanh")
+    for kernel, bias in policy.policy + policy.value:
+        bound = 1 / np.sqrt(kernel.shape[0])
+        assert np.abs(kernel).max() <= bound and np.abs(bias).max() <= bound and bias.all()
+    kernel = policy.policy[0][0]  # 5 x 32: enough draws to see the bound and a uniform's std
+    bound = 1 / np.sqrt(OBS)
+    assert np.abs(kernel).max() > 0.9 * bound
+    assert abs(kernel.std() - bound / np.sqrt(3)) < 0.15 * bound / np.sqrt(3)
+
+
+def test_a_plain_init_with_orthogonal_init_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"plain_init \(pytorch\) is the init without orthogonal_init"):
+        TrainerConfig(plain_init="pytorch")
+
+
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 def test_the_graphs_forward_pass_is_numpys(activation):
     rng = np.random.default_rng(0)
