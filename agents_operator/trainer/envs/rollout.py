@@ -92,7 +92,10 @@ class Rollout:
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Rollout:
-        rollout = cls(**{f.name: message[f.name] for f in fields(cls) if f.name not in cls.OPTIONAL})
+        required = [f.name for f in fields(cls) if f.name not in cls.OPTIONAL]
+        if missing := [name for name in required if name not in message]:
+            raise ValueError(f"a rollout reply lacks {', '.join(missing)}: an env server of another version?")
+        rollout = cls(**{name: message[name] for name in required})
         rollout.restarted = np.zeros(rollout.rewards.shape[1], bool)
         rollout.simulation_seconds = np.asarray(message.get("simulation_seconds", ()), np.float64).reshape(-1)
         return rollout

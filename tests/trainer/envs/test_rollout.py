@@ -47,3 +47,11 @@ def test_rollouts_of_several_servers_are_merged_in_environment_order() -> None:
     assert message.pop("simulation_seconds").tolist() == [1.0, 1.0]
     older = Rollout.from_message(message)  # an env server that does not time its simulation
     assert older.simulation_seconds.shape == (0,) and older.restarted.tolist() == [False, False]
+
+
+def test_a_reply_without_a_field_names_it() -> None:
+    steps, zeros = 2, np.zeros((2, 1), np.float32)
+    message = {"observations": np.zeros((steps + 1, 1, 3), np.float32), "rewards": zeros}
+    lacks = r"a rollout reply lacks acting, actions, .*: an env server of another version"
+    with pytest.raises(ValueError, match=lacks):
+        Rollout.from_message(message)
