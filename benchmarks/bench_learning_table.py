@@ -233,12 +233,15 @@ def run_dir(results: Path, task: str, seed: int, steps: int, variant: dict[str, 
     """`results`/<task>-<steps>[+<variant>]/seed<seed>. A name longer than `NAME_LIMIT` bytes keeps its first
     part and ends in a digest of the whole, so that a variant of many settings gets a directory of its own too."""
     name = variant_name(variant or {})
-    directory = f"{task}-{steps}+{name}" if name else f"{task}-{steps}"
-    if len(directory.encode()) > NAME_LIMIT:
-        digest = hashlib.sha256(directory.encode()).hexdigest()[:DIGEST_CHARS]
-        kept = directory.encode()[: NAME_LIMIT - DIGEST_CHARS - 1].decode(errors="ignore")
-        directory = f"{kept}~{digest}"
-    return results / directory / f"seed{seed}"
+    return results / bounded(f"{task}-{steps}+{name}" if name else f"{task}-{steps}") / f"seed{seed}"
+
+
+def bounded(name: str) -> str:
+    """`name`, or when it is longer than `NAME_LIMIT` bytes its first part ending in a digest of the whole."""
+    if len(name.encode()) <= NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:DIGEST_CHARS]
+    return f"{name.encode()[: NAME_LIMIT - DIGEST_CHARS - 1].decode(errors='ignore')}~{digest}"
 
 
 def ensure_run(
@@ -494,14 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "trainer.md", help="where the table goes")
     parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "learning", help="where the PNGs go")
-    parser.add_argument(
-        "--set",
-        dest="variant",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a variant of the presets (an ablation): this setting changed, YAML value; repeatable. Its runs "
-        "have run directories of their own, and the table and curves say which settings they changed",
+    add_variant_flag(
+        parser,
+        "a variant of the presets (an ablation): this setting changed, YAML value; repeatable. Its runs have run "
+        "directories of their own, and the table and curves say which settings they changed",
     )
     parser.add_argument(
         "--report", action="store_true", help="train nothing: write the doc's table and the PNGs from what is finished"
@@ -511,6 +510,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--child", nargs="+", metavar="TASK SEED STEPS LOGDIR [VARIANT]", help=argparse.SUPPRESS)
     return parser
+
+
+def add_variant_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--set KEY=VALUE` (repeatable) into `args.variant`, for `parse_variant`."""
+    parser.add_argument("--set", dest="variant", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
 def parse_variant(items: list[str], tasks: list[str]) -> dict[str, Any]:

@@ -63,9 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--results", type=Path, default=table.ROOT / "runs" / "overlap-learning", help="run directories"
     )
-    parser.add_argument(
-        "--set", dest="variant", action="append", default=[], metavar="KEY=VALUE", help="a setting of both sides"
-    )
+    table.add_variant_flag(parser, "a setting of both sides")
     return parser
 
 

@@ -19,8 +19,13 @@ trained), and a later invocation on the same day that would train the same again
 an interrupted comparison goes on where it stopped, and both sides of a ratio still ran on one day. A kept run
 of another day or of other settings is trained again; the old file stays beside it, named with its day.
 
+`--set KEY=VALUE` (repeatable, as in `bench_learning_table.py`) times a variant of the presets (a candidate
+preset) on this trainer's side: its runs are kept as `ours+<settings>.json` beside the preset's, and SB3's run,
+which no preset setting changes, is the one of the day, trained once for the preset and its variants alike.
+
     .venv/bin/python benchmarks/bench_time_to_return.py --tasks hopper --settings ours
     .venv/bin/python benchmarks/bench_time_to_return.py --tasks cheetah hopper walker --settings ours sb3_zoo
+    .venv/bin/python benchmarks/bench_time_to_return.py --tasks cheetah --set plain_init=pytorch
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from agents_operator.trainer import loop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_sb3_compare  # benchmarks/, also when imported from the tests
-from bench_learning_table import REFERENCES
+from bench_learning_table import REFERENCES, add_variant_flag, bounded, parse_variant, variant_name
 
 TARGETS = {env_id: REFERENCES[env_id].zoo for env_id in bench_sb3_compare.ZOO if REFERENCES[env_id].locomotion}
 """The zoo's PPO return of each locomotion task whose zoo settings `bench_sb3_compare` knows."""
@@ -52,11 +57,14 @@ RESULTS = bench_sb3_compare.ROOT / "runs" / "time-to-return"
 """Where finished runs are kept by default (`runs/` is not in the repository)."""
 
 
-def our_config(task: str, max_steps: int, eval_every: int, seed: int) -> TrainerConfig:
-    """The task's preset for `max_steps` env steps, evaluated every `eval_every` env steps (rounded to whole
-    iterations), no checkpoints before the end, no video, export or metrics."""
-    preset = presets.resolve(task)
+def our_config(
+    task: str, max_steps: int, eval_every: int, seed: int, variant: dict[str, Any] | None = None
+) -> TrainerConfig:
+    """The task's preset (with the `variant`'s settings) for `max_steps` env steps, evaluated every `eval_every`
+    env steps (rounded to whole iterations), no checkpoints before the end, no video, export or metrics."""
+    preset = presets.resolve(task, variant)
     settings = {
+        **(variant or {}),
         "total_steps": max_steps,
         "seed": seed,
         "eval_every": max(1, round(eval_every / preset.batch_size)),
@@ -66,6 +74,16 @@ def our_config(task: str, max_steps: int, eval_every: int, seed: int) -> Trainer
         "metrics_port": 0,
     }
     return presets.resolve(task, settings)
+
+
+OWN_SETTINGS = ("total_steps", "seed", "eval_every", "checkpoint_every", "video_episodes", "export", "metrics_port")
+"""The settings `our_config` sets itself, which a variant may not (its flags set the first three)."""
+
+
+def kept_as(results: Path, task: str, seed: int, setting: str, variant: dict[str, Any]) -> Path:
+    """Where the run of `setting` is kept: <task>-seed<seed>/<setting>.json, `ours+<variant>.json` for a variant."""
+    name = f"{setting}+{variant_name(variant)}" if setting == "ours" and variant else setting
+    return results / f"{task}-seed{seed}" / f"{bounded(name)}.json"
 
 
 def reached(evaluations: list[list[float]], target: float) -> dict[str, Any]:
@@ -154,11 +172,13 @@ def run_setting(
 
 
 def measure(task: str, args: argparse.Namespace, python: Path | None) -> dict[str, Any]:
-    config = our_config(task, args.max_steps, args.eval_every, args.seed)
+    config = our_config(task, args.max_steps, args.eval_every, args.seed, args.variant)
     target = args.target if args.target is not None else TARGETS[config.env_id]
     record: dict[str, Any] = {"env_id": config.env_id, "target": target}
+    if args.variant:
+        record["variant"] = variant_name(args.variant)
     for setting in args.settings:
-        path = args.results / f"{task}-seed{args.seed}" / f"{setting}.json"
+        path = kept_as(args.results, task, args.seed, setting, args.variant)
         run = run_setting(path, setting, config, args, python, target)
         record[setting] = {**reached(run["evaluations"], target), **run}
     if all(record.get(setting, {}).get("reached") for setting in SETTINGS):
@@ -176,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", type=float, help="mean return to reach (default: the zoo's, per task)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", type=Path, default=bench_sb3_compare.VENV, help="the SB3 venv")
+    add_variant_flag(
+        parser, "a variant of the presets for this trainer's side: this setting changed, YAML value; repeatable"
+    )
     parser.add_argument(
         "--results",
         type=Path,
@@ -185,13 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked (SystemExit naming the flag), `--set` as a dict of settings."""
     args = build_parser().parse_args(argv)
-    # The trainer's progress and evaluations as they come, beside SB3's (which `run_sb3` passes on).
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     for name in ("max_steps", "eval_every"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    args.variant = parse_variant(args.variant, args.tasks)
+    if clash := sorted(set(args.variant) & set(OWN_SETTINGS)):
+        raise SystemExit(f"--set {clash[0]}: set by this benchmark itself (--max-steps, --seed, --eval-every)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    # The trainer's progress and evaluations as they come, beside SB3's (which `run_sb3` passes on).
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     python = bench_sb3_compare.venv_python(args.venv, setup=False) if "sb3_zoo" in args.settings else None
     load_before = os.getloadavg()[0]
     tasks = {task: measure(task, args, python) for task in args.tasks}

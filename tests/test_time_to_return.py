@@ -116,3 +116,41 @@ def test_a_damaged_kept_run_is_named_not_overwritten(monkeypatch, tmp_path):
     with pytest.raises(SystemExit, match=r"walker-seed0/ours\.json: not a kept run"):
         bench_time_to_return.measure("walker", args, None)
     assert damaged.read_text() == "{not json"
+
+
+def test_a_variant_is_timed_on_our_side_against_the_days_sb3_run(monkeypatch, tmp_path):
+    trained = _counting_runs(monkeypatch)
+    configs = []
+    ours = bench_time_to_return.run_ours
+    monkeypatch.setattr(bench_time_to_return, "run_ours", lambda config: configs.append(config) or ours(config))
+    plain = bench_time_to_return.arguments(["--tasks", "cheetah", "--results", str(tmp_path)])
+    bench_time_to_return.measure("cheetah", plain, None)
+    variant = ["--set", "plain_init=pytorch", "--set", "observation_statistics=step"]
+    args = bench_time_to_return.arguments(["--tasks", "cheetah", "--results", str(tmp_path), *variant])
+    record = bench_time_to_return.measure("cheetah", args, None)
+    assert trained == ["ours", "sb3_zoo", "ours"]  # SB3's run of the day serves the variant too
+    assert record["variant"] == "observation_statistics=step,plain_init=pytorch"
+    assert record["minutes_ratio"] == 4.0
+    assert configs[0] == bench_time_to_return.our_config("cheetah", 2_000_000, 81_920, 0)  # the preset itself
+    assert (configs[1].plain_init, configs[1].observation_statistics) == ("pytorch", "step")
+    assert (configs[1].total_steps, configs[1].seed) == (2_000_000, 0)  # the benchmark's own settings stay
+    assert {path.name for path in (tmp_path / "cheetah-seed0").iterdir()} == {
+        "ours.json",
+        "sb3_zoo.json",
+        "ours+observation_statistics=step,plain_init=pytorch.json",
+    }
+    kept = json.loads((tmp_path / "cheetah-seed0" / "ours.json").read_text())
+    assert kept["trained"]["setting"]["plain_init"] == configs[0].plain_init  # the preset's run is not replaced
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--set", "seed=3"], r"--set seed: set by this benchmark itself"),
+        (["--set", "no_such_setting=1"], r"no_such_setting"),
+        (["--eval-every", "0"], r"--eval-every must be at least 1"),
+    ],
+)
+def test_bad_flags_are_refused_naming_the_flag(flags, message):
+    with pytest.raises(SystemExit, match=message):
+        bench_time_to_return.arguments(["--tasks", "cheetah", *flags])
