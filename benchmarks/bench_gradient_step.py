@@ -11,6 +11,8 @@ size, `epochs` passes each:
 - tf2_epoch_function: one `tf.function` call per epoch, the minibatches looped inside;
 - torch: the same networks, loss and Adam in PyTorch, when torch is importable (this project does not
   install it: run this script with a Python that has both, e.g. a venv with this project and torch).
+Every variant times the state-independent std's step (`exploration: state_independent`), also for a preset
+that explores with gSDE (cheetah, hopper, ant), whose policy step the comparison variants do not implement.
 Rounds alternate between the variants (the build machine is shared); each variant's figure is the median
 of its rounds, with the range. ratio_* = that variant's median over the learner's: above 1, the learner is
 faster.
@@ -265,6 +267,14 @@ def measure(config: TrainerConfig, rounds: int) -> dict[str, object]:
     return result
 
 
+def timed_config(preset: str, overrides: dict[str, object]) -> TrainerConfig:
+    """The `preset` (with `overrides`) as every variant times it: serial, since the batch here has no proximal
+    log-probabilities (`sampling.overlapped`), and with the state-independent std, the only one the comparison
+    variants implement, also for a preset that explores with gSDE."""
+    timed = {"overlap": False, "exploration": "state_independent", "exploration_hold": 1}
+    return presets.resolve(preset, {**overrides, **timed})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cheetah", help="whose networks, batch and minibatch sizes")
@@ -273,12 +283,15 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=5, help="updates per variant, alternating")
     args = parser.parse_args()
-    # The serial learner's step: the batch here has no proximal log-probabilities (`sampling.overlapped`).
-    overrides = {"overlap": False} if args.threads is None else {"overlap": False, "threads": args.threads}
-    config = presets.resolve(args.preset, overrides)
+    config = timed_config(args.preset, {} if args.threads is None else {"threads": args.threads})
     tf.config.threading.set_intra_op_parallelism_threads(config.threads)
     tf.config.threading.set_inter_op_parallelism_threads(config.threads)
-    record = {"preset": args.preset, "threads": config.threads, "load": round(os.getloadavg()[0], 2)}
+    record = {
+        "preset": args.preset,
+        "threads": config.threads,
+        "exploration": config.exploration,
+        "load": round(os.getloadavg()[0], 2),
+    }
     print(json.dumps(record | measure(config, args.rounds)))
 
 
