@@ -57,27 +57,31 @@ RESULTS = bench_sb3_compare.ROOT / "runs" / "time-to-return"
 """Where finished runs are kept by default (`runs/` is not in the repository)."""
 
 
+FIXED_SETTINGS: dict[str, Any] = {
+    "checkpoint_every": 1_000_000,
+    "video_episodes": 0,
+    "export": False,
+    "metrics_port": 0,
+}
+"""What every timed run of this trainer leaves out: no checkpoints before the end, no video, export or metrics."""
+
+OWN_SETTINGS = ("total_steps", "seed", "eval_every", *FIXED_SETTINGS)
+"""The settings `our_config` sets itself, which a variant may not (its flags set the first three)."""
+
+
 def our_config(
     task: str, max_steps: int, eval_every: int, seed: int, variant: dict[str, Any] | None = None
 ) -> TrainerConfig:
     """The task's preset (with the `variant`'s settings) for `max_steps` env steps, evaluated every `eval_every`
-    env steps (rounded to whole iterations), no checkpoints before the end, no video, export or metrics."""
+    env steps (rounded to whole iterations), with the `FIXED_SETTINGS`."""
     preset = presets.resolve(task, variant)
-    settings = {
-        **(variant or {}),
+    own = {
         "total_steps": max_steps,
         "seed": seed,
         "eval_every": max(1, round(eval_every / preset.batch_size)),
-        "checkpoint_every": 1_000_000,
-        "video_episodes": 0,
-        "export": False,
-        "metrics_port": 0,
+        **FIXED_SETTINGS,
     }
-    return presets.resolve(task, settings)
-
-
-OWN_SETTINGS = ("total_steps", "seed", "eval_every", "checkpoint_every", "video_episodes", "export", "metrics_port")
-"""The settings `our_config` sets itself, which a variant may not (its flags set the first three)."""
+    return presets.resolve(task, {**(variant or {}), **own})
 
 
 def kept_as(results: Path, task: str, seed: int, setting: str, variant: dict[str, Any]) -> Path:
