@@ -97,7 +97,16 @@ class TrainerConfig(BaseModel):
     )
     clip_range: float = Field(0.2, gt=0, le=10, description="Epsilon of the clipped surrogate objective.")
     clip_schedule: Literal["constant", "linear"] = Field(
-        "constant", description="'linear' anneals clip_range to zero over total_steps (the zoo's lin_<x>)."
+        "constant",
+        description="'linear' anneals clip_range to zero (or to clip_range_floor) over total_steps (the zoo's "
+        "lin_<x>).",
+    )
+    clip_range_floor: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="The least epsilon the 'linear' clip_schedule anneals to: it follows clip_range x (1 - "
+        "progress) until that reaches the floor and holds it there (0: to zero, the zoo's lin_<x>).",
     )
     kl_target: float = Field(
         0.01, gt=0, le=10, description="Target KL per update for 'kl_penalty' (the penalty adapts toward it)."
@@ -211,6 +220,19 @@ class TrainerConfig(BaseModel):
             raise ValueError(
                 f"exploration_hold ({self.exploration_hold}) holds gSDE's exploration weights: it needs "
                 "exploration: state_dependent"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _clip_floor_under_a_linear_schedule(self) -> TrainerConfig:
+        if self.clip_range_floor and self.clip_schedule != "linear":
+            raise ValueError(
+                f"clip_range_floor ({self.clip_range_floor}) is where the linear clip_schedule stops annealing: "
+                "it needs clip_schedule: linear"
+            )
+        if self.clip_range_floor > self.clip_range:
+            raise ValueError(
+                f"clip_range_floor ({self.clip_range_floor}) must not exceed clip_range ({self.clip_range})"
             )
         return self
 

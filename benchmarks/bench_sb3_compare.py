@@ -244,6 +244,7 @@ def identical(config: TrainerConfig) -> dict[str, Any]:
         "ppo": ppo,
         "lr_schedule": config.lr_schedule,
         "clip_schedule": config.clip_schedule,
+        "clip_range_floor": config.clip_range_floor,
         "entropy_schedule": config.entropy_schedule,
         "policy": policy,
         "threads": config.threads,

@@ -114,17 +114,17 @@ class EntropySchedule(BaseCallback):
         return True
 
 
-def annealed(value: float, schedule: str | None, spec: dict) -> float | Callable[[float], float]:
+def annealed(value: float, schedule: str | None, spec: dict, floor: float = 0.0) -> float | Callable[[float], float]:
     """`value` under `schedule` (None or "constant": as it is). "linear" anneals it as the trainer's schedules
     (lr, clip, entropy) do: to zero over `steps`, by the env steps counted before each rollout (SB3's progress
-    already counts the rollout just collected, hence `ahead`). "sb3_linear" is SB3's own (the zoo's
-    `lin_<value>`), by that progress."""
+    already counts the rollout just collected, hence `ahead`), never below `floor`. "sb3_linear" is SB3's own
+    (the zoo's `lin_<value>`), by that progress."""
     if schedule in (None, "constant"):
         return value
     if schedule == "sb3_linear":
         return lambda remaining: value * remaining
     ahead = spec["n_envs"] * spec["ppo"]["n_steps"] / spec["steps"]
-    return lambda remaining: value * max(0.0, remaining + ahead)
+    return lambda remaining: max(floor, value * (remaining + ahead))
 
 
 def build(spec: dict) -> PPO:
@@ -143,7 +143,9 @@ def build(spec: dict) -> PPO:
     ppo = {
         **spec["ppo"],
         "learning_rate": annealed(spec["ppo"]["learning_rate"], spec["lr_schedule"], spec),
-        "clip_range": annealed(spec["ppo"]["clip_range"], spec.get("clip_schedule"), spec),
+        "clip_range": annealed(
+            spec["ppo"]["clip_range"], spec.get("clip_schedule"), spec, spec.get("clip_range_floor", 0.0)
+        ),
     }
     return PPO("MlpPolicy", env, seed=spec["seed"], device="cpu", policy_kwargs=policy, verbose=0, **ppo)
 

@@ -61,3 +61,19 @@ def test_a_sync_update_is_the_mean_of_the_workers_less_the_backups(workers, back
 def test_backup_workers_must_leave_a_change_to_aggregate(workers, backups):
     with pytest.raises(ValueError, match=rf"backup_workers \({backups}\) must be less than the workers \({workers}\)"):
         TrainerConfig(backup_workers=backups).aggregated_changes(workers)
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        ({"clip_range_floor": 0.1}, r"clip_range_floor \(0.1\) .* needs clip_schedule: linear"),
+        (
+            {"clip_range": 0.2, "clip_schedule": "linear", "clip_range_floor": 0.3},
+            r"clip_range_floor \(0.3\) must not exceed clip_range \(0.2\)",
+        ),
+    ],
+)
+def test_a_clip_floor_needs_a_linear_schedule_above_it(settings, reason):
+    with pytest.raises(ValidationError, match=reason):
+        TrainerConfig(**settings)
+    assert TrainerConfig(clip_range=0.4, clip_schedule="linear", clip_range_floor=0.2).clip_range_floor == 0.2

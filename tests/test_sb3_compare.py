@@ -43,6 +43,7 @@ def test_the_identical_setting_follows_the_config():
         "learning_rate": 1e-4,
         "lr_schedule": "linear",
         "clip_schedule": "linear",
+        "clip_range_floor": 0.1,
         "entropy_coef": 0.02,
         "entropy_schedule": "linear",
         "value_coef": 0.8,
@@ -57,7 +58,11 @@ def test_the_identical_setting_follows_the_config():
     ppo = setting["ppo"]
     assert (ppo["n_epochs"], ppo["batch_size"], ppo["n_steps"]) == (3, config.batch_size // 16, config.rollout_steps)
     assert (ppo["learning_rate"], setting["lr_schedule"], ppo["gamma"]) == (1e-4, "linear", 0.98)
-    assert (ppo["clip_range"], setting["clip_schedule"]) == (config.clip_range, "linear")
+    assert (ppo["clip_range"], setting["clip_schedule"], setting["clip_range_floor"]) == (
+        config.clip_range,
+        "linear",
+        0.1,
+    )
     assert (ppo["ent_coef"], setting["entropy_schedule"]) == (0.02, "linear")
     assert ppo["vf_coef"] == pytest.approx(0.4)  # SB3's value loss is twice the trainer's
     assert ppo["max_grad_norm"] == math.inf

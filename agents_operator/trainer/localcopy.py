@@ -65,20 +65,24 @@ class LocalCopy:
         mean, log_std = self.anchor.gaussian(feeds["observations"], config.activation)
         return {**feeds, "proximal_log_probs": losses.gaussian_log_prob(feeds["actions"], mean, log_std)}
 
-    def annealed(self, config: TrainerConfig, value: float, schedule: str) -> tf.Tensor:
+    def annealed(self, config: TrainerConfig, value: float, schedule: str, floor: float = 0.0) -> tf.Tensor:
         """`value`, or with the `linear` schedule `value` x (1 - progress), progress the env steps counted so
-        far over `total_steps` (SB3's and the zoo's `lin_<value>`): the rule of the lr_schedule, clip_schedule
-        and entropy_schedule."""
+        far over `total_steps` (SB3's and the zoo's `lin_<value>`), never below `floor`: the rule of the
+        lr_schedule, clip_schedule and entropy_schedule."""
         annealed = tf.constant(value)
         if schedule == "linear":
             progress = tf.cast(self.env_steps.read_value(), tf.float32) / float(config.total_steps)
-            annealed = annealed * tf.maximum(1.0 - progress, 0.0)
+            annealed = tf.maximum(annealed * (1.0 - progress), floor)
         return annealed
+
+    def clip_range(self, config: TrainerConfig) -> tf.Tensor:
+        """The surrogate's epsilon now: `clip_range` after its `clip_schedule`, held at `clip_range_floor`."""
+        return self.annealed(config, config.clip_range, config.clip_schedule, config.clip_range_floor)
 
     def objective(self, config: TrainerConfig, feeds: dict[str, tf.Tensor]) -> Objective:
         mean, log_std = self.networks.gaussian(feeds["observations"], config.activation)
         value = mlp_tf(feeds["observations"], self.networks.value, config.activation)[:, 0]
-        clip_range = self.annealed(config, config.clip_range, config.clip_schedule)
+        clip_range = self.clip_range(config)
         entropy_coef = self.annealed(config, config.entropy_coef, config.entropy_schedule)
         return ppo_objective(config, feeds, mean, log_std, value, self.kl_beta, clip_range, entropy_coef)
 
@@ -112,6 +116,6 @@ def update(config: TrainerConfig, local: LocalCopy, batch: dict[str, tf.Tensor],
     schedules, by name."""
     optimizer, learning_rate = local_optimizer(config, local)
     means = epochs.optimize(config, lambda minibatch: minibatch_step(config, local, optimizer, minibatch), batch, seed)
-    clip_range = local.annealed(config, config.clip_range, config.clip_schedule)
+    clip_range = local.clip_range(config)
     entropy_coef = local.annealed(config, config.entropy_coef, config.entropy_schedule)
     return {**means, "learning_rate": learning_rate, "clip_range": clip_range, "entropy_coef": entropy_coef}

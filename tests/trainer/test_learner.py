@@ -55,6 +55,24 @@ def test_the_linear_clip_schedule_anneals_the_surrogates_epsilon_by_the_env_step
         learner.close()
 
 
+def test_the_linear_clip_schedule_holds_the_floor_once_it_anneals_down_to_it():
+    config = small_config(clip_range=0.4, clip_schedule="linear", clip_range_floor=0.2, total_steps=64)
+    learner = Learner(config, OBS, ACT)
+    try:
+        state = learner.initialize()
+        batch = batch_for(state)
+        learner.finish_iteration(batch, 16, Moments.zeros((OBS,)), Moments.zeros(()))
+        # above the floor it anneals as without one
+        assert learner.update(batch, np.random.default_rng(0))["clip_range"] == pytest.approx(0.4 * (1 - 16 / 64))
+        learner.finish_iteration(batch, 24, Moments.zeros((OBS,)), Moments.zeros(()))
+        assert learner.update(batch, np.random.default_rng(0))["clip_range"] == pytest.approx(0.2)  # 0.15 annealed
+        # and holds it to total_steps and past it
+        learner.finish_iteration(batch, 32, Moments.zeros((OBS,)), Moments.zeros(()))
+        assert learner.update(batch, np.random.default_rng(0))["clip_range"] == pytest.approx(0.2)
+    finally:
+        learner.close()
+
+
 def test_the_linear_entropy_schedule_anneals_the_bonus_weight_by_the_env_steps():
     learner = Learner(small_config(entropy_coef=0.02, entropy_schedule="linear", total_steps=64), OBS, ACT)
     try:
