@@ -19,7 +19,7 @@ def test_one_ps_two_workers_started_in_any_order_and_the_ps_exits_by_itself():
     cluster = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{p}" for p in ports[1:]]}
 
     def start(task_type, index):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "MEMBERS": "2"}  # the chief steps once both joined
         env["TF_CONFIG"] = tfconfig.TFConfig(cluster, task_type, index).to_json()
         return subprocess.Popen(
             [sys.executable, str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -3,12 +3,23 @@
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 import tensorflow as tf
 
 from agents_operator import tfconfig
 from agents_operator.trainer import distributed
+
+
+def wait_for_members(membership: distributed.Membership, session: tf.compat.v1.Session, count: int) -> None:
+    """Wait (60 s at most) until `count` slots are taken. A real job's chief trains far longer than another worker
+    takes to join; the tiny job's 50 steps can end first, and the chief then tells the ps that the job is over
+    before the other worker has joined, which then finds no ps: it failed on its first read, or waited for the
+    ps to call it back until the test's 120 s ran out (2 of 7 runs alone on the 2-core machine)."""
+    deadline = time.monotonic() + 60
+    while len(membership.members(session)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def main() -> int:
@@ -34,6 +45,8 @@ def main() -> int:
         distributed.prepare_session(session, uninitialized, lambda: session.run(init), cluster.is_chief)
         membership.enter(session, cluster.is_chief)
         print(f"worker {cfg.task_index} joins: slots taken {membership.members(session)}", flush=True)
+        if cluster.is_chief:  # a job of STEPS steps is over before a slow worker joins: start with MEMBERS of them
+            wait_for_members(membership, session, int(os.environ.get("MEMBERS", "1")))
         while session.run(step) < int(os.environ.get("STEPS", "50")):
             session.run(train)
         print(f"worker {cfg.task_index} sees w = {session.run(weights).round(3).tolist()}", flush=True)
