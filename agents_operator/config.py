@@ -108,6 +108,13 @@ class TrainerConfig(BaseModel):
         description="The least epsilon the 'linear' clip_schedule anneals to: it follows clip_range x (1 - "
         "progress) until that reaches the floor and holds it there (0: to zero, the zoo's lin_<x>).",
     )
+    async_clip_range_floor: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="clip_range_floor for the async workers of a cluster, whose updates start from weights "
+        "other workers moved after they acted (unset: clip_range_floor).",
+    )
     kl_target: float = Field(
         0.01, gt=0, le=10, description="Target KL per update for 'kl_penalty' (the penalty adapts toward it)."
     )
@@ -225,16 +232,23 @@ class TrainerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _clip_floor_under_a_linear_schedule(self) -> TrainerConfig:
-        if self.clip_range_floor and self.clip_schedule != "linear":
-            raise ValueError(
-                f"clip_range_floor ({self.clip_range_floor}) is where the linear clip_schedule stops annealing: "
-                "it needs clip_schedule: linear"
-            )
-        if self.clip_range_floor > self.clip_range:
-            raise ValueError(
-                f"clip_range_floor ({self.clip_range_floor}) must not exceed clip_range ({self.clip_range})"
-            )
+        floors = {"clip_range_floor": self.clip_range_floor, "async_clip_range_floor": self.async_clip_range_floor}
+        for name, floor in floors.items():
+            if floor and self.clip_schedule != "linear":
+                raise ValueError(
+                    f"{name} ({floor}) is where the linear clip_schedule stops annealing: "
+                    "it needs clip_schedule: linear"
+                )
+            if floor is not None and floor > self.clip_range:
+                raise ValueError(f"{name} ({floor}) must not exceed clip_range ({self.clip_range})")
         return self
+
+    def clip_floor(self, async_in_cluster: bool) -> float:
+        """The floor of the annealed clip for this worker: `async_clip_range_floor` for an async worker in a
+        cluster where it is set, else `clip_range_floor`."""
+        if async_in_cluster and self.async_clip_range_floor is not None:
+            return self.async_clip_range_floor
+        return self.clip_range_floor
 
     @model_validator(mode="after")
     def _plain_init_without_orthogonal(self) -> TrainerConfig:

@@ -71,9 +71,24 @@ def test_backup_workers_must_leave_a_change_to_aggregate(workers, backups):
             {"clip_range": 0.2, "clip_schedule": "linear", "clip_range_floor": 0.3},
             r"clip_range_floor \(0.3\) must not exceed clip_range \(0.2\)",
         ),
+        ({"async_clip_range_floor": 0.1}, r"async_clip_range_floor \(0.1\) .* needs clip_schedule: linear"),
+        (
+            {"clip_range": 0.2, "clip_schedule": "linear", "async_clip_range_floor": 0.3},
+            r"async_clip_range_floor \(0.3\) must not exceed clip_range \(0.2\)",
+        ),
     ],
 )
 def test_a_clip_floor_needs_a_linear_schedule_above_it(settings, reason):
     with pytest.raises(ValidationError, match=reason):
         TrainerConfig(**settings)
     assert TrainerConfig(clip_range=0.4, clip_schedule="linear", clip_range_floor=0.2).clip_range_floor == 0.2
+
+
+def test_the_clip_floor_of_an_async_worker_in_a_cluster_falls_back_to_clip_range_floor():
+    both = TrainerConfig(clip_range=0.4, clip_schedule="linear", clip_range_floor=0.1, async_clip_range_floor=0.2)
+    assert (both.clip_floor(async_in_cluster=True), both.clip_floor(async_in_cluster=False)) == (0.2, 0.1)
+    one = TrainerConfig(clip_range=0.4, clip_schedule="linear", clip_range_floor=0.1)
+    assert (one.clip_floor(async_in_cluster=True), one.clip_floor(async_in_cluster=False)) == (0.1, 0.1)
+    # 0 is a floor of its own: async workers anneal to zero while the others hold clip_range_floor
+    zero = TrainerConfig(clip_range=0.4, clip_schedule="linear", clip_range_floor=0.1, async_clip_range_floor=0)
+    assert zero.clip_floor(async_in_cluster=True) == 0.0

@@ -131,7 +131,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         shared = replicas.Shared.create(config, obs_dim, act_dim)
     shared_variables = list(v1.global_variables())
     with local_scope():
-        local = localcopy.LocalCopy.create(config, obs_dim, act_dim)
+        local = localcopy.LocalCopy.create(config, obs_dim, act_dim, anchored)
     pull = local.pull(shared)
     with local_scope():
         update = localcopy.update(config, local, local.anchored(config, feeds) if anchored else feeds, update_seed)

@@ -20,17 +20,19 @@ from agents_operator.trainer.ppo.objective import Objective, ppo_objective
 @dataclass
 class LocalCopy:
     """This worker's copy: the networks the PPO epochs update, the shared weights they started from
-    (`anchor`), the counters the update reads, and the global step the pull read (`pulled_step`: an async
-    push's staleness is counted from it)."""
+    (`anchor`), the counters the update reads, the global step the pull read (`pulled_step`: an async
+    push's staleness is counted from it), and the floor of its annealed clip (`TrainerConfig.clip_floor`)."""
 
     networks: Networks
     anchor: Networks
     env_steps: tf.Variable
     kl_beta: tf.Variable
     pulled_step: tf.Variable
+    clip_floor: float
 
     @classmethod
-    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int) -> LocalCopy:
+    def create(cls, config: TrainerConfig, obs_dim: int, act_dim: int, anchored: bool = False) -> LocalCopy:
+        """The copy's variables; `anchored`: this is an async worker in a cluster (`Learner.anchored`)."""
         with tf.compat.v1.variable_scope("local"):
             networks = Networks.create(obs_dim, act_dim, config)
             with tf.compat.v1.variable_scope("anchor"):
@@ -38,7 +40,7 @@ class LocalCopy:
             env_steps = replicas.counter("env_steps", tf.int64, [])
             kl_beta = replicas.counter("kl_beta", tf.float32, [], config.kl_init_penalty)
             pulled_step = replicas.counter("pulled_step", tf.int64, [])
-        return cls(networks, anchor, env_steps, kl_beta, pulled_step)
+        return cls(networks, anchor, env_steps, kl_beta, pulled_step, config.clip_floor(anchored))
 
     def pull(self, shared: replicas.Shared) -> tf.Operation:
         """Copy the shared weights and counters into this worker's copy."""
@@ -76,8 +78,8 @@ class LocalCopy:
         return annealed
 
     def clip_range(self, config: TrainerConfig) -> tf.Tensor:
-        """The surrogate's epsilon now: `clip_range` after its `clip_schedule`, held at `clip_range_floor`."""
-        return self.annealed(config, config.clip_range, config.clip_schedule, config.clip_range_floor)
+        """The surrogate's epsilon now: `clip_range` after its `clip_schedule`, held at this copy's floor."""
+        return self.annealed(config, config.clip_range, config.clip_schedule, self.clip_floor)
 
     def objective(self, config: TrainerConfig, feeds: dict[str, tf.Tensor]) -> Objective:
         mean, log_std = self.networks.gaussian(feeds["observations"], config.activation)

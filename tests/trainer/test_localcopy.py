@@ -34,3 +34,24 @@ def test_an_anchored_update_is_clipped_around_the_weights_it_pulled_not_the_poli
         assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6)
     else:
         assert metrics["clipfrac"] > 0.2
+
+
+@pytest.mark.parametrize(("anchored", "floor"), [(False, 0.1), (True, 0.3)])
+def test_an_async_worker_in_a_cluster_holds_the_clip_at_async_clip_range_floor(anchored, floor):
+    """Past the step where 0.4 x (1 - progress) is below both floors, the update's clip is the floor of its
+    layout: `async_clip_range_floor` for an anchored copy (an async worker in a cluster), else
+    `clip_range_floor`."""
+    config = small_config(
+        clip_range=0.4, clip_schedule="linear", clip_range_floor=0.1, async_clip_range_floor=0.3, total_steps=64
+    )
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        g = build_graph(config, OBS, ACT, anchored=anchored)
+        session.run(tf.compat.v1.global_variables_initializer())
+        acting = NumpyPolicy.from_values(session.run(g.networks.variables()), len(g.networks.policy), config.activation)
+        batch = batch_for(SimpleNamespace(policy=acting))
+        session.run(g.state["env_steps"].assign(60))  # 0.4 x (1 - 60 / 64) = 0.025
+        session.run(g.pull)
+        feed = {tensor: getattr(batch, name) for name, tensor in g.feeds.items()}
+        metrics = session.run(g.update, {**feed, g.update_seed: [0, 0]})
+    assert metrics["clip_range"] == pytest.approx(floor)
