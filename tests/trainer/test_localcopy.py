@@ -18,17 +18,10 @@ def test_an_anchored_update_is_clipped_around_the_weights_it_pulled_not_the_poli
     update starts at ratio 1 on every sample; clipped around the acting policy instead, it starts with many
     samples outside the clip range (which drag the weights back towards that policy)."""
     config = small_config(learning_rate=1e-12, epochs=1, minibatches=1, clip_range=0.1)
-    graph = tf.Graph()
-    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
-        g = build_graph(config, OBS, ACT, anchored=anchored)
-        session.run(tf.compat.v1.global_variables_initializer())
-        acting = NumpyPolicy.from_values(session.run(g.networks.variables()), len(g.networks.policy), config.activation)
-        batch = batch_for(SimpleNamespace(policy=acting))
-        rng = np.random.default_rng(0)
-        session.run([v.assign_add(0.3 * rng.normal(size=v.shape)) for v in g.networks.variables()])  # the push
-        session.run(g.pull)
-        feed = {tensor: getattr(batch, name) for name, tensor in g.feeds.items()}
-        metrics = session.run(g.update, {**feed, g.update_seed: [0, 0]})
+    rng = np.random.default_rng(0)
+    metrics = _update_after(  # another worker's push
+        config, anchored, lambda g: [v.assign_add(0.3 * rng.normal(size=v.shape)) for v in g.networks.variables()]
+    )
     if anchored:
         assert metrics["clipfrac"] == 0.0
         assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6)
@@ -44,14 +37,20 @@ def test_an_async_worker_in_a_cluster_holds_the_clip_at_async_clip_range_floor(a
     config = small_config(
         clip_range=0.4, clip_schedule="linear", clip_range_floor=0.1, async_clip_range_floor=0.3, total_steps=64
     )
+    metrics = _update_after(config, anchored, lambda g: g.state["env_steps"].assign(60))  # 0.4 x (1 - 60/64)
+    assert metrics["clip_range"] == pytest.approx(floor)
+
+
+def _update_after(config, anchored, change):
+    """The update's metrics on a batch acted by the initial weights, after the ops `change(graph)` returns ran
+    on the shared variables and the worker pulled them."""
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
         g = build_graph(config, OBS, ACT, anchored=anchored)
         session.run(tf.compat.v1.global_variables_initializer())
         acting = NumpyPolicy.from_values(session.run(g.networks.variables()), len(g.networks.policy), config.activation)
         batch = batch_for(SimpleNamespace(policy=acting))
-        session.run(g.state["env_steps"].assign(60))  # 0.4 x (1 - 60 / 64) = 0.025
+        session.run(change(g))
         session.run(g.pull)
         feed = {tensor: getattr(batch, name) for name, tensor in g.feeds.items()}
-        metrics = session.run(g.update, {**feed, g.update_seed: [0, 0]})
-    assert metrics["clip_range"] == pytest.approx(floor)
+        return session.run(g.update, {**feed, g.update_seed: [0, 0]})
