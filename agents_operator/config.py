@@ -182,6 +182,14 @@ class TrainerConfig(BaseModel):
         description="'sync': gradients of all workers are aggregated into one update per iteration (DPPO). "
         "'async': each worker applies its own updates to the shared parameters.",
     )
+    async_updates: Literal["in_turn", "concurrent"] = Field(
+        "in_turn",
+        description="In 'async' mode: 'in_turn', one worker updates at a time (a turn on ps 0, taken before the "
+        "pull and given back after the push), so every update starts from the weights every earlier push left, "
+        "while the other workers sample; the job then updates at most as fast as one worker does. 'concurrent', "
+        "each worker pulls, updates and pushes whenever it is ready, so updates overlap and each adds its change "
+        "to weights that others changed meanwhile.",
+    )
     backup_workers: int = Field(
         0,
         ge=0,

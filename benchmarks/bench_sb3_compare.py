@@ -160,6 +160,7 @@ UNMATCHED = {
     "overlap_values": "used only with overlap (`ours_overlap`)",
     "mode": "one worker: sync and async are the same run",
     "backup_workers": "one worker: no update waits for another",
+    "async_updates": "one worker: no other worker updates (in turn or not)",
     "async_clip_range_floor": "one worker: no async worker in a cluster (clip_range_floor is handed over)",
     "checkpoint_every": "outputs: the trainer checkpoints only at the end here, SB3 saves nothing",
     "eval_every": "outputs: both evaluate once, at the end",

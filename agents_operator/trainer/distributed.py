@@ -97,6 +97,10 @@ class Cluster:
         """(name, address) of the replicas this one must reach: the ps tasks."""
         return [(f"ps-{i}", address) for i, address in enumerate(self.tf_config.cluster.get(naming.PS, []))]
 
+    def worker_gone(self, slot: int) -> bool:
+        """Whether worker `slot`'s server no longer accepts connections: its process is gone."""
+        return not _listening(self.tf_config.cluster[naming.WORKER][slot])
+
 
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents_operator.config import TrainerConfig
-from agents_operator.trainer import distributed, localcopy, replicas, syncupdates
+from agents_operator.trainer import distributed, localcopy, replicas, syncupdates, updateturn
 from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.ppo.networks import Networks
 from agents_operator.trainer.ppo.normalize import Moments
@@ -195,6 +195,9 @@ class Learner:
                 sync = syncupdates.Placement(worker, slots, aggregated, members=self.membership.flags)
             device = cluster.device if cluster else None
             self._g = build_graph(config, obs_dim, act_dim, setter, device, sync, self.anchored)
+            in_turn = self.anchored and config.async_updates == "in_turn"
+            self.turn = updateturn.UpdateTurn.create(cluster) if in_turn else None
+            """Async updates in turn: the turn this worker takes before each pull and gives back after the push."""
             v1 = tf.compat.v1
             self._init_shared = v1.variables_initializer(self._g.shared_variables)
             self._init_local = v1.variables_initializer(self._g.local_variables)
@@ -227,6 +230,8 @@ class Learner:
         chief = self.cluster.is_chief
         fresh = distributed.prepare_session(self.session, self._uninitialized, initialize, chief)
         self.membership.enter(self.session, chief)
+        if self.turn is not None:
+            self.turn.join(self.session, chief, self.cluster.worker_gone)
         self._reset_local()
         if self._g.sync is not None and chief:
             self._g.sync.initialize(self.session, fresh)
@@ -279,7 +284,19 @@ class Learner:
         push, which in sync mode waits for the update it is part of) and on the local epochs (`epochs_seconds`),
         on the sync chief the late changes dropped so far in the job (`sync_dropped`), for an async worker
         in a cluster the push's staleness (`staleness`: the other workers' pushes since its pull), and this
-        process's updates so far whose change was not finite and was pushed as none (`discarded_updates`)."""
+        process's updates so far whose change was not finite and was pushed as none (`discarded_updates`). With
+        async updates in turn (`updateturn`) it takes the turn before the pull and gives it back after the push,
+        and says how long it waited for it (`turn_wait_seconds`)."""
+        if self.turn is None:
+            return self._update(batch, rng)
+        waited = self.turn.take(self.session, self.cluster.is_chief, self.cluster.worker_gone)
+        try:
+            return {**self._update(batch, rng), "turn_wait_seconds": waited}
+        finally:
+            with contextlib.suppress(*distributed.LOST_CONNECTION):  # a lost ps 0 took the turn with it
+                self.turn.give(self.session)
+
+    def _update(self, batch: Batch, rng: np.random.Generator) -> dict[str, float]:
         sync = self._g.sync
         begin = time.perf_counter()
         label = self.session.run(sync.step) if sync else None  # read before the weights it labels

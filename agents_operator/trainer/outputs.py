@@ -60,6 +60,14 @@ def ps_share(timings: dict[str, float]) -> float:
     return shared / (shared + timings["epochs_seconds"])
 
 
+WHERE_MEASURED = {
+    "sync_dropped": "sync/dropped_changes",
+    "staleness": "async/staleness",
+    "turn_wait_seconds": "async/turn_wait_seconds",
+}
+"""The update's measures that only some layouts take (`Learner.update`), and their summaries' tags."""
+
+
 class Outputs:
     """Where an iteration is reported: summaries, Prometheus metrics, progress, the `RunResult`; and evaluation."""
 
@@ -119,10 +127,7 @@ class Outputs:
         }
         if simulation is not None:
             values["perf/simulation_share"] = simulation
-        if "sync_dropped" in losses:
-            values["sync/dropped_changes"] = losses["sync_dropped"]
-        if "staleness" in losses:
-            values["async/staleness"] = losses["staleness"]
+        values.update({tag: losses[name] for name, tag in WHERE_MEASURED.items() if name in losses})
         if mean_return is not None:
             values["train/mean_return"] = mean_return
             values["train/mean_length"] = float(np.mean(episode_lengths))

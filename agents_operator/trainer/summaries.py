@@ -42,6 +42,8 @@ TAGS = {
     "sync/dropped_changes": "sync chief only: workers' changes dropped so far in the job because they came after "
     "their step was applied (backupWorkers)",
     "async/staleness": "async chief in a cluster: updates other workers applied between its pull and its push",
+    "async/turn_wait_seconds": "async chief in a cluster with updates in turn (asyncUpdates: in_turn): seconds it "
+    "waited for its turn to update",
 }
 
 

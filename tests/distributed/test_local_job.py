@@ -97,11 +97,15 @@ def test_a_killed_ps_and_a_killed_worker_are_restarted_and_the_job_finishes(tmp_
 
 
 @pytest.mark.parametrize(
-    ("mode", "overlap"), [("sync", False), ("async", True)], ids=["synchronous", "asynchronous-overlap-asked"]
+    ("mode", "overlap", "updates"),
+    [("sync", False, None), ("async", True, None), ("async", False, "concurrent")],
+    ids=["synchronous", "asynchronous-in-turn-overlap-asked", "asynchronous-concurrent"],
 )
-def test_two_workers_learn_pendulum(tmp_path, mode, overlap):
-    """Sync workers; async workers asked to overlap, which sample serially and say so."""
-    job = make_job("learn", mode, {"totalSteps": 100_000, "evalEvery": 4, "checkpointEvery": 8, "overlap": overlap})
+def test_two_workers_learn_pendulum(tmp_path, mode, overlap, updates):
+    """Sync workers; async workers asked to overlap, which sample serially and say so, and update in turn (the
+    default); async workers whose updates overlap."""
+    trainer = {"totalSteps": 100_000, "evalEvery": 4, "checkpointEvery": 8, "overlap": overlap}
+    job = make_job("learn", mode, {**trainer, **({"asyncUpdates": updates} if updates else {})})
     launcher = local.Launcher(job, tmp_path)
     outcome = launcher.run()
     assert outcome.succeeded, outcome
@@ -113,12 +117,17 @@ def test_two_workers_learn_pendulum(tmp_path, mode, overlap):
     assert last > -500, evals
     assert "the chief finished the job, after every other worker: ps 0 exits" in log(tmp_path, "ps-0", "learn")
     staleness = [value for _, value in summaries.read_scalars(tmp_path, "async/staleness")]
-    if mode == "async":  # the chief's pushes, and the other worker's between its pulls and pushes
+    waits = [value for _, value in summaries.read_scalars(tmp_path, "async/turn_wait_seconds")]
+    if mode == "sync":
+        assert staleness == waits == []
+    elif updates == "concurrent":  # the other worker pushes between the chief's pulls and pushes
         assert len(staleness) == len(train) and min(staleness) >= 0, staleness
         assert max(staleness) >= 1, staleness
+        assert waits == []
+    else:  # in turn: no push comes between a pull and its push (concurrent, some do: the case above)
+        assert len(staleness) == len(train) and set(staleness) == {0.0}, staleness
+        assert len(waits) == len(train), waits
         assert all(loop.ASYNC_SERIAL in log(tmp_path, f"worker-{i}", "learn") for i in (0, 1))
-    else:
-        assert staleness == []
 
 
 def test_the_evaluator_scores_the_chiefs_checkpoints(tmp_path):
