@@ -4,14 +4,13 @@ Why: async workers whose updates overlap all start from the same shared weights 
 bounded by PPO's clip around weights that the others' changes have since moved (Hogwild's sum). In turn, a
 worker takes the turn before it pulls and gives it back after its push, so every update starts from the
 weights that every earlier push left, as one worker's updates do, while the other workers sample. The price: the
-cluster updates at most one at a time, so it suits jobs whose sampling takes longer than an update times the
-workers (docs/scaling.md).
+job updates one worker at a time, so turns queue once (workers - 1) updates take longer than a rollout
+(docs/scaling.md).
 
 The turn is a token in a queue on ps 0 (by `shared_name`, every worker's graph names the same queue), and
 beside it the slot of the worker that holds it. A turn is never lost for good:
-- the chief puts the token in when it joins a ps without one that no live worker holds (a fresh ps, or its own
-  turn from before it restarted);
-- a worker that joins again gives back a turn it held when it went away;
+- the chief puts the token in when it joins a ps that has none while nobody holds the turn (a fresh ps);
+- a worker (the chief too) that joins again gives back a turn it held when it went away;
 - the chief, after waiting `POLL_SECONDS` for the turn, puts a new token in when the worker holding it no
   longer listens.
 The queue holds a token per worker, so giving a turn back never blocks, even where a recovery put a second
