@@ -18,6 +18,7 @@ efficiency for 4 to 64 workers on separate machines.
     .venv/bin/python benchmarks/bench_worker_scaling.py                         # Pendulum, 20 iterations per worker
     .venv/bin/python benchmarks/bench_worker_scaling.py --preset cheetah --iterations 6 --envs 4
     .venv/bin/python benchmarks/bench_worker_scaling.py --preset hopper --iterations 12  # the preset's layout
+    .venv/bin/python benchmarks/bench_worker_scaling.py --async-updates concurrent       # updates that overlap
 """
 
 from __future__ import annotations
@@ -31,26 +32,38 @@ import tempfile
 import time
 from pathlib import Path
 
-from local_job_runs import job_rates, run_job
-
 from agents_operator import presets
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.make import usable_cpus
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from local_job_runs import job_rates, run_job  # benchmarks/, also when imported from the tests
 
-def predict(iteration_seconds: float, ps_seconds: float, parameters: int, workers: int, ps_tasks: int) -> dict:
+
+def predict(
+    iteration_seconds: float,
+    ps_seconds: float,
+    parameters: int,
+    workers: int,
+    ps_tasks: int,
+    turn_seconds: float | None = None,
+) -> dict:
     """Predicted speedup over one worker for `workers` workers on machines of their own.
 
-    Workers never wait for each other in async mode: each adds its throughput until the parameter servers
+    Concurrent async workers never wait for each other: each adds its throughput until the parameter servers
     saturate. Per iteration a worker costs the ps tasks one pull and one push of the weights (2 x 4 bytes x
     parameters), served in at least the measured ps round-trip time or the transfer time at 10 Gbit/s,
     whichever is longer; `ps_tasks` servers share that work (variables are sharded round-robin). So the
-    ps tasks can serve at most ps_tasks x iteration_seconds / service workers at full speed. Sync mode
-    also waits for the slowest worker of each iteration, which this model leaves out.
+    ps tasks can serve at most ps_tasks x iteration_seconds / service workers at full speed. Async workers
+    that update in turn (`turn_seconds`: an update's seconds, pull to push) hold the one turn for that long
+    per iteration, so at most iteration_seconds / turn_seconds of them run at full speed. Sync mode also
+    waits for the slowest worker of each iteration, which this model leaves out.
     """
     bandwidth = 10e9 / 8
     service = max(ps_seconds, 2 * 4 * parameters / bandwidth)
     capacity = ps_tasks * iteration_seconds / service
+    if turn_seconds is not None:
+        capacity = min(capacity, iteration_seconds / turn_seconds)
     speedup = min(workers, capacity)
     return {"workers": workers, "ps": ps_tasks, "speedup": round(speedup, 1), "efficiency": round(speedup / workers, 3)}
 
@@ -87,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--envs", type=int, default=None, help="environments per worker, in one process (default: the preset's layout)"
     )
     parser.add_argument("--mode", default="async", choices=["sync", "async"])
+    parser.add_argument(
+        "--async-updates",
+        default=TrainerConfig.model_fields["async_updates"].default,
+        choices=["in_turn", "concurrent"],
+        help="in async mode: the workers' updates in turn or concurrent (the trainer's asyncUpdates)",
+    )
     return parser
 
 
@@ -94,10 +113,13 @@ def figures(args: argparse.Namespace, config: TrainerConfig, one: dict, two: dic
     """The JSON line: both jobs, their ratios and the model's predictions for larger clusters."""
     parameters = parameter_count(config)
     ps_seconds = one["ps_share"] * one["update_seconds"]
+    in_turn = args.mode == "async" and args.async_updates == "in_turn"
+    turn_seconds = one["update_seconds"] if in_turn else None
     return {
         "benchmark": "scaling",
         "preset": args.preset,
         "mode": args.mode,
+        "async_updates": args.async_updates if args.mode == "async" else None,
         "envs_per_worker": config.envs_per_worker,
         "envs_per_process": config.envs_per_process,
         "usable_cpus": usable_cpus(),
@@ -113,9 +135,10 @@ def figures(args: argparse.Namespace, config: TrainerConfig, one: dict, two: dic
             "bytes_per_update": 2 * 4 * parameters,
             "iteration_seconds": one["iteration_seconds"],
             "ps_seconds": round(ps_seconds, 4),
+            "turn_seconds": turn_seconds,
         },
         "predicted": [
-            predict(one["iteration_seconds"], ps_seconds, parameters, workers, ps_tasks)
+            predict(one["iteration_seconds"], ps_seconds, parameters, workers, ps_tasks, turn_seconds)
             for workers in (4, 8, 16, 32, 64)
             for ps_tasks in (1, 2, 4)
         ],
@@ -132,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides = {
                 **layout,
                 "mode": args.mode,
+                **({"asyncUpdates": args.async_updates} if args.mode == "async" else {}),
                 "totalSteps": args.iterations * workers * config.batch_size,
                 "evalEvery": 0,
                 "checkpointEvery": 1_000_000,
