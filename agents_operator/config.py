@@ -65,9 +65,10 @@ class TrainerConfig(BaseModel):
     )
     overlap_values: Literal["recomputed", "behaviour"] = Field(
         "recomputed",
-        description="With overlap, the values GAE uses: recomputed by the value net the update starts from "
-        "(truncated episodes' final values stay the behaviour's), or the behaviour policy's, as computed while "
-        "acting.",
+        description="The values GAE uses where an update starts from other weights than those that acted: "
+        "with overlap, and for async workers in a cluster that update in turn, which pull what the others pushed "
+        "since their rollout. Recomputed by the value net the update starts from (truncated episodes' final "
+        "values stay the behaviour's), or the behaviour policy's, as computed while acting.",
     )
 
     # --- optimisation -----------------------------------------------------------------------------------

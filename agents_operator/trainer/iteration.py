@@ -29,7 +29,7 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.learner import Learner, LearnerState
-from agents_operator.trainer.sampling.batch import Batch, to_batch
+from agents_operator.trainer.sampling.batch import Batch, Revaluing, ended_episodes, observe, to_batch
 from agents_operator.trainer.sampling.overlapped import OverlappedSampler
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
@@ -67,7 +67,12 @@ def iterate(
     # "Compute advantage estimates A_1, ..., A_T": truncated GAE, eq. 11-12, A_t = delta_t + (gamma lambda)
     # delta_{t+1} + ..., delta_t = r_t + gamma V(s_{t+1}) - V(s_t), bootstrapped from V where an episode hit its
     # time limit and after step T; value targets A_t + V(s_t); rewards scaled, observations normalised
-    # (`sampling.batch.to_batch`, `ppo.returns`).
+    # (`sampling.batch.to_batch`, `ppo.returns`). An async worker in turn computes them once it has pulled the
+    # weights its update starts from, with their values (`Learner.revalues`).
+    if learner.revalues:
+        observe(rollout, sampler.env)
+        pending = Revaluing(rollout, sampler.env, state.policy, config)
+        return _learn(pending, sampler.env, learner, rng, begin, ended_episodes(rollout))
     batch, episode_returns, episode_lengths = to_batch(rollout, sampler.env, state.policy, config)
     return _learn(batch, sampler.env, learner, rng, begin, (episode_returns, episode_lengths))
 
@@ -95,7 +100,7 @@ def iterate_overlapped(
 
 
 def _learn(
-    batch: Batch,
+    batch: Batch | Revaluing,
     env: TrainingEnv,
     learner: Learner,
     rng: np.random.Generator,
@@ -108,6 +113,7 @@ def _learn(
     # L^CLIP (eq. 7, or section 4's KL-penalised L^KLPEN, eq. 8) - c1 L^VF + c2 S, by Adam with the learning rate
     # annealed by the steps so far (`Learner.update`, `ppo.epochs`, `ppo.objective`, `ppo.losses`).
     metrics = learner.update(batch, rng)
+    batch = batch.batch if isinstance(batch, Revaluing) else batch
     # "theta_old <- theta", and section 4's adaptation of the KL penalty's beta to d = KL[pi_old, pi]
     # ("if d < d_targ / 1.5, beta <- beta / 2; if d > d_targ x 1.5, beta <- beta x 2", as BatchPPO adapts it:
     # `ppo.losses.adapted_kl_beta`); the steps and normaliser sums counted (`Learner.finish_iteration`).

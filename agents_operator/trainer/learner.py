@@ -32,7 +32,7 @@ from agents_operator.trainer.checkpoints import CheckpointError
 from agents_operator.trainer.ppo.networks import Networks
 from agents_operator.trainer.ppo.normalize import Moments
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.batch import Batch
+from agents_operator.trainer.sampling.batch import Batch, Revaluing
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class _Graph:
     update_seed: tf.Tensor  # (2,) int64: the seed of the update's minibatch order
     networks: Networks  # the shared weights (on the ps tasks in a cluster)
     pull: tf.Operation
+    pulled: list[tf.Variable]  # the local copy's weights, which `pull` sets to the shared ones
     update: dict[str, tf.Tensor]  # the update's metrics by name; fetching them runs the whole update
     push: tf.Operation
     finite: tf.Tensor  # whether the change the push sends is finite (else it sends none: `replicas.Changes`)
@@ -146,6 +147,7 @@ def _build(config: TrainerConfig, obs_dim: int, act_dim: int, shared_scope, loca
         update_seed=update_seed,
         networks=shared.networks,
         pull=pull,
+        pulled=local.networks.variables(),
         update=update,
         push=updates.push if updates else pushed.op,
         finite=changes.finite,
@@ -198,6 +200,8 @@ class Learner:
             in_turn = self.anchored and config.async_updates == "in_turn"
             self.turn = updateturn.UpdateTurn.create(cluster) if in_turn else None
             """Async updates in turn: the turn this worker takes before each pull and gives back after the push."""
+            self.revalues = self.turn is not None and config.overlap_values == "recomputed"
+            """GAE's values are to be computed by the weights the update pulls (`update` of a `Revaluing`)."""
             v1 = tf.compat.v1
             self._init_shared = v1.variables_initializer(self._g.shared_variables)
             self._init_local = v1.variables_initializer(self._g.local_variables)
@@ -277,7 +281,7 @@ class Learner:
     def state(self) -> LearnerState:
         return self._unpack(self.session.run(self._g.state))
 
-    def update(self, batch: Batch, rng: np.random.Generator) -> dict[str, float]:
+    def update(self, batch: Batch | Revaluing, rng: np.random.Generator) -> dict[str, float]:
         """`epochs` passes of minibatch Adam steps over `batch` on the local copy of the shared weights (one
         session run, the minibatch order drawn from `rng`), then one push of the change; metrics averaged
         over all minibatches, plus the seconds spent with the shared variables (`ps_seconds`: pull and
@@ -286,7 +290,8 @@ class Learner:
         in a cluster the push's staleness (`staleness`: the other workers' pushes since its pull), and this
         process's updates so far whose change was not finite and was pushed as none (`discarded_updates`). With
         async updates in turn (`updateturn`) it takes the turn before the pull and gives it back after the push,
-        and says how long it waited for it (`turn_wait_seconds`)."""
+        and says how long it waited for it (`turn_wait_seconds`). A `Revaluing` batch is made after the pull,
+        its GAE values by the pulled weights' value net (`revalues`)."""
         if self.turn is None:
             return self._update(batch, rng)
         waited = self.turn.take(self.session, self.cluster.is_chief, self.cluster.worker_gone)
@@ -296,12 +301,15 @@ class Learner:
             with contextlib.suppress(*distributed.LOST_CONNECTION):  # a lost ps 0 took the turn with it
                 self.turn.give(self.session)
 
-    def _update(self, batch: Batch, rng: np.random.Generator) -> dict[str, float]:
+    def _update(self, batch: Batch | Revaluing, rng: np.random.Generator) -> dict[str, float]:
         sync = self._g.sync
         begin = time.perf_counter()
         label = self.session.run(sync.step) if sync else None  # read before the weights it labels
         self.session.run(self._g.pull)
         pulled = time.perf_counter()
+        if isinstance(batch, Revaluing):
+            start = self.session.run(self._g.pulled)
+            batch = batch.resolve(NumpyPolicy.from_values(start, len(self._g.networks.policy), self.config.activation))
         feed = self._feed(batch)
         feed[self._g.update_seed] = rng.integers(np.iinfo(np.int64).max, size=2)
         metrics = self.session.run(self._g.update, feed)

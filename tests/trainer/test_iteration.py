@@ -2,6 +2,8 @@
 the update, and the end of the iteration that counts it and pushes the normalisers' sums; the same as those
 steps taken by hand from the same state and random numbers."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from agents_operator.config import TrainerConfig
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.iteration import iterate
 from agents_operator.trainer.learner import Learner
+from agents_operator.trainer.sampling.batch import revalued, to_batch
 from agents_operator.trainer.sampling.samplers import Sampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
@@ -61,3 +64,39 @@ def test_an_iteration_is_its_steps_taken_in_order():
     np.testing.assert_allclose(done.state.policy.policy[0][0], state.policy.policy[0][0], rtol=1e-5, atol=1e-6)
     assert env.observations.pending.count == 0  # pushed at the iteration's end
     assert done.sampling_seconds > 0 and done.update_seconds > 0
+
+
+def _iterate_by_hand(learner, acting, start, config, revalue: bool):
+    """An update on the rollout `acting` runs, its GAE values by `start`'s value net (`revalue`) or the acting
+    policy's: the update's metrics."""
+    with BatchEnv("Pendulum-v1", 2, envs_per_process=2, seed=3, max_episode_steps=20) as batch_env:
+        env = TrainingEnv(batch_env, config)
+        rollout = Sampler(env, config, np.random.default_rng(5)).rollout(acting)
+        batch, _, _ = to_batch(revalued(rollout, start) if revalue else rollout, env, acting, config)
+        return learner.update(batch, np.random.default_rng(9))
+
+
+def test_an_async_worker_in_turn_computes_gaes_values_by_the_weights_it_pulled():
+    """`Learner.revalues` (an async worker in turn): the batch is made once the update has pulled the weights
+    it starts from, its values by their value net, not by the (older) policy that acted."""
+    learners = [Learner(CONFIG, 3, 1) for _ in range(3)] + [Learner(CONFIG.model_copy(update={"seed": 1}), 3, 1)]
+    learner, by_hand, by_hand_behaviour_values, other = learners
+    try:
+        start, acting = learner.initialize(), other.initialize().policy  # acting: other weights (seed 1)
+        by_hand.initialize()
+        by_hand_behaviour_values.initialize()
+        learner.revalues = True  # what a worker in a cluster with async updates in turn sets
+        with BatchEnv("Pendulum-v1", 2, envs_per_process=2, seed=3, max_episode_steps=20) as batch_env:
+            sampler = Sampler(TrainingEnv(batch_env, CONFIG), CONFIG, np.random.default_rng(5))
+            behind = dataclasses.replace(start, policy=acting)
+            done = iterate(behind, sampler, learner, CONFIG, np.random.default_rng(9))
+        revalued_metrics = _iterate_by_hand(by_hand, acting, start.policy, CONFIG, revalue=True)
+        behaviour_metrics = _iterate_by_hand(by_hand_behaviour_values, acting, start.policy, CONFIG, revalue=False)
+    finally:
+        for each in learners:
+            each.close()
+    assert done.steps == 64
+    for name, value in revalued_metrics.items():
+        if not name.endswith("seconds"):
+            assert done.metrics[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    assert done.metrics["value_loss"] != pytest.approx(behaviour_metrics["value_loss"], rel=1e-3)

@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from agents_operator import tfconfig
 from agents_operator.trainer import distributed, updateturn
+from agents_operator.trainer.learner import Learner
+from tests.trainer.learners import ACT, OBS, small_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -114,3 +116,26 @@ def test_a_worker_back_after_going_away_with_the_turn_gives_it_back(tasks):
     assert chief.state() == (1, updateturn.NOBODY)
     chief.take()
     assert chief.state() == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "mode, updates, values, revalues",
+    [
+        ("async", "in_turn", "recomputed", True),
+        ("async", "in_turn", "behaviour", False),
+        ("async", "concurrent", "recomputed", False),
+        ("sync", "in_turn", "recomputed", False),
+    ],
+)
+def test_only_an_async_worker_in_turn_computes_gae_with_the_weights_it_pulls(tasks, mode, updates, values, revalues):
+    """`Learner.revalues`: in turn, an async worker's update starts from the weights it pulls once it holds the
+    turn, so its batch waits for them (`sampling.batch.Revaluing`); `overlap_values: behaviour` keeps the acting
+    policy's values, and concurrent or sync updates do not wait."""
+    cluster = distributed.Cluster(tfconfig.TFConfig({k: tasks[k] for k in ("ps", "worker")}, "worker", 1))
+    config = small_config(mode=mode, async_updates=updates, overlap_values=values)
+    learner = Learner(config, OBS, ACT, cluster, tasks["targets"][1])
+    try:
+        assert learner.revalues is revalues
+        assert (learner.turn is not None) is (mode == "async" and updates == "in_turn")
+    finally:
+        learner.close()

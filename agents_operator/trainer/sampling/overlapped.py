@@ -23,7 +23,6 @@ rollout starts during the update that spends the run's budget.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -35,7 +34,7 @@ from agents_operator.trainer.envs.noise import Noise
 from agents_operator.trainer.envs.rollout import Rollout
 from agents_operator.trainer.ppo.normalize import Normalizer
 from agents_operator.trainer.ppo.policy import NumpyPolicy
-from agents_operator.trainer.sampling.batch import Batch, to_batch
+from agents_operator.trainer.sampling.batch import Batch, revalued, to_batch
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 
@@ -148,16 +147,6 @@ class OverlappedSampler:
     def _start(self, policy: NumpyPolicy) -> None:
         behaviour = Behaviour(policy, self.env.observations.snapshot())
         self._in_flight = _InFlight(self.sampler, behaviour, self.sampler.noise(policy))
-
-
-def revalued(rollout: Rollout, policy: NumpyPolicy) -> Rollout:
-    """`rollout` with its values and last values computed by `policy`'s value net, on the observations as
-    they were normalised when acted on (`Rollout.acting`). The final values of truncated episodes stay the
-    behaviour's: a rollout holds their values, not their final observations."""
-    steps = len(rollout.rewards)
-    values = policy.value_of(rollout.acting[:steps]).astype(np.float32)
-    last_values = policy.value_of(rollout.acting[steps]).astype(np.float32)
-    return dataclasses.replace(rollout, values=values, last_values=last_values)
 
 
 def overlapped_batch(

@@ -12,8 +12,8 @@ import pytest
 from agents_operator.trainer.envs.batch import BatchEnv
 from agents_operator.trainer.envs.types import EnvProcessError
 from agents_operator.trainer.ppo.normalize import Moments
-from agents_operator.trainer.sampling.batch import to_batch
-from agents_operator.trainer.sampling.overlapped import OverlappedSampler, overlapped_batch, revalued
+from agents_operator.trainer.sampling.batch import revalued, to_batch
+from agents_operator.trainer.sampling.overlapped import OverlappedSampler, overlapped_batch
 from agents_operator.trainer.sampling.samplers import Sampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
 from tests.trainer.policies import ROLLOUT_CONFIG, random_policy
