@@ -29,7 +29,7 @@ import numpy as np
 
 from agents_operator.config import TrainerConfig
 from agents_operator.trainer.learner import Learner, LearnerState
-from agents_operator.trainer.sampling.batch import Batch, Revaluing, ended_episodes, observe, to_batch
+from agents_operator.trainer.sampling.batch import Batch, Revaluing, advantage_batch, ended_episodes, observe
 from agents_operator.trainer.sampling.overlapped import OverlappedSampler
 from agents_operator.trainer.sampling.samplers import RolloutSampler, Sampler
 from agents_operator.trainer.sampling.training_env import TrainingEnv
@@ -67,14 +67,14 @@ def iterate(
     # "Compute advantage estimates A_1, ..., A_T": truncated GAE, eq. 11-12, A_t = delta_t + (gamma lambda)
     # delta_{t+1} + ..., delta_t = r_t + gamma V(s_{t+1}) - V(s_t), bootstrapped from V where an episode hit its
     # time limit and after step T; value targets A_t + V(s_t); rewards scaled, observations normalised
-    # (`sampling.batch.to_batch`, `ppo.returns`). An async worker in turn computes them once it has pulled the
-    # weights its update starts from, with their values (`Learner.revalues`).
+    # (`sampling.batch.observe`, `advantage_batch`, `ppo.returns`). An async worker in turn computes them once it
+    # has pulled the weights its update starts from, with their values (`Learner.revalues`).
+    observe(rollout, sampler.env)
     if learner.revalues:
-        observe(rollout, sampler.env)
-        pending = Revaluing(rollout, sampler.env, state.policy, config)
-        return _learn(pending, sampler.env, learner, rng, begin, ended_episodes(rollout))
-    batch, episode_returns, episode_lengths = to_batch(rollout, sampler.env, state.policy, config)
-    return _learn(batch, sampler.env, learner, rng, begin, (episode_returns, episode_lengths))
+        batch = Revaluing(rollout, sampler.env, state.policy, config)
+    else:
+        batch = advantage_batch(rollout, sampler.env, state.policy, config)
+    return _learn(batch, sampler.env, learner, rng, begin, ended_episodes(rollout))
 
 
 def iterate_overlapped(
